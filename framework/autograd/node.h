@@ -1,0 +1,85 @@
+// Node: one recorded operation of the autograd graph. apply() maps the gradients of the node's
+// outputs to the gradients of its inputs; next_edges point to the nodes that produced those
+// inputs (or to AccumulateGrad for leaves). An invalid edge means "that input needs no grad".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/core/tensor.h"
+
+namespace vitddp {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> fn;
+  int input_nr = 0;
+  bool valid() const { return fn != nullptr; }
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node();
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // grad_outputs has one entry per output; returns one gradient per input (next_edges order).
+  // A returned gradient may be undefined when the input needs none (see needs_input_grad).
+  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
+  virtual std::string name() const = 0;
+
+  bool needs_input_grad(size_t i) const { return i < next_edges.size() && next_edges[i].valid(); }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  // Ready nodes run highest priority first; AccumulateGrad overrides it to run at once.
+  virtual uint64_t priority() const { return sequence_nr_; }
+
+  // Tensors kept for backward. The engine releases them after apply(), so a second backward
+  // through the same graph fails clearly instead of reading freed state.
+  size_t save(const Tensor& t) {
+    saved_.push_back(t);
+    return saved_.size() - 1;
+  }
+  const Tensor& saved(size_t i) const;
+  void release_saved() {
+    saved_.clear();
+    released_ = true;
+  }
+
+  std::vector<Edge> next_edges;
+
+ private:
+  uint64_t sequence_nr_;
+  std::vector<Tensor> saved_;
+  bool released_ = false;
+};
+
+// Accumulates into a leaf's .grad and then fires the leaf's gradient-ready hooks. The engine
+// runs it only once every gradient flowing into the leaf has arrived, so the hooks see the
+// final gradient for this backward pass.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  uint64_t priority() const override { return UINT64_MAX; }
+  Tensor leaf() const { return Tensor(leaf_); }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+// Returns the leaf's AccumulateGrad node, creating it on first use.
+std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
+
+// True when grad mode is on and any input requires grad.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Wires `node` to the graph of `inputs` and makes it the grad_fn of `output` (which then
+// requires grad). Call only when any_requires_grad(inputs).
+void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs, Tensor& output);
+
+}  // namespace vitddp

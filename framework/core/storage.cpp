@@ -1,0 +1,62 @@
+#include "framework/core/storage.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "framework/core/allocator.h"
+#include "framework/core/error.h"
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/allocator.h"
+#endif
+
+namespace vitddp {
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, int) override {
+    size_t rounded = (nbytes + 63) / 64 * 64;
+    void* ptr = std::aligned_alloc(64, rounded);
+    if (!ptr) throw Error("out of host memory allocating " + std::to_string(nbytes) + " bytes");
+    size_t now = current_.fetch_add(nbytes) + nbytes;
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return ptr;
+  }
+  void deallocate(void* ptr, size_t nbytes, int) noexcept override {
+    std::free(ptr);
+    current_.fetch_sub(nbytes);
+  }
+  size_t current_bytes(int) const override { return current_.load(); }
+  size_t peak_bytes(int) const override { return peak_.load(); }
+  void reset_peak(int) override { peak_.store(current_.load()); }
+
+ private:
+  std::atomic<size_t> current_{0};
+  std::atomic<size_t> peak_{0};
+};
+
+}  // namespace
+
+Allocator& allocator_for(Device device) {
+  static CpuAllocator cpu_allocator;
+  if (device.is_cpu()) return cpu_allocator;
+#if VITDDP_WITH_CUDA
+  return cuda::device_allocator();
+#else
+  throw Error("device " + device.str() + " requested but this build of vitddp has no CUDA backend");
+#endif
+}
+
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
+  void* data = nbytes ? allocator_for(device).allocate(nbytes, device.index) : nullptr;
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device));
+}
+
+Storage::~Storage() {
+  if (data_) allocator_for(device_).deallocate(data_, nbytes_, device_.index);
+}
+
+}  // namespace vitddp

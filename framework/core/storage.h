@@ -1,0 +1,31 @@
+// Storage: one allocation on one device, shared by every tensor (and view) over it.
+// Allocation goes through the device's Allocator; see allocator.h.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "framework/core/dtype.h"
+
+namespace vitddp {
+
+class Storage {
+ public:
+  // Zero bytes is allowed (empty tensors): data() is then null.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  Storage(void* data, size_t nbytes, Device device) : data_(data), nbytes_(nbytes), device_(device) {}
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+};
+
+}  // namespace vitddp

@@ -1,0 +1,14 @@
+// Differentiable reductions.
+#pragma once
+
+#include "framework/core/tensor.h"
+
+namespace vitddp {
+
+Tensor sum(const Tensor& x);   // all elements -> shape [] (one element)
+Tensor mean(const Tensor& x);  // all elements -> shape []
+// Sums `x` over broadcast dimensions so the result has `shape` (the inverse of broadcasting):
+// leading extra dims are summed away, dims where shape has 1 are summed with keepdim.
+Tensor sum_to_shape(const Tensor& x, const Shape& shape);
+
+}  // namespace vitddp

@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("vitddp train: under construction"); return 0; }
