@@ -1,0 +1,38 @@
+#include "framework/nn/param_arena.h"
+
+namespace vitddp {
+
+// Note [Arena layout]
+// Parameters are laid out in *reverse* registration order: the last-registered parameter (the
+// head) sits at offset 0. Gradients become ready in roughly that order and DDP buckets are
+// filled in it (see Note [Bucket order] in distributed/bucketing.cpp), so each bucket is one
+// contiguous slice of the gradient buffer and needs no copy in or out.
+ParamArena::ParamArena(const NamedTensors& params, Device device) : params_(params), device_(device) {
+  offsets_.resize(params.size());
+  for (size_t k = params.size(); k-- > 0;) {
+    const Tensor& p = params[k].second;
+    VITDDP_CHECK(p.dtype() == DType::kF32, "ParamArena: parameter ", params[k].first, " is ", p.description(),
+                 "; parameters must be f32 (master weights)");
+    offsets_[k] = numel_;
+    // Keep each parameter 16-element (64-byte) aligned for vectorised kernels.
+    numel_ += (p.numel() + 15) / 16 * 16;
+  }
+  flat_params_ = Tensor::zeros({numel_}, DType::kF32, device);
+  flat_grads_ = Tensor::zeros({numel_}, DType::kF32, device);
+  for (size_t k = 0; k < params.size(); ++k) {
+    Tensor p = params[k].second;
+    Tensor slot = flat_params_.as_strided(p.shape(), contiguous_strides(p.shape()), offsets_[k]);
+    slot.copy_(p);
+    p.rebind_storage(flat_params_.storage(), offsets_[k]);
+    p.set_grad(flat_grads_.as_strided(p.shape(), contiguous_strides(p.shape()), offsets_[k]));
+  }
+}
+
+Tensor ParamArena::grad_slice(int64_t begin, int64_t end) const {
+  VITDDP_ASSERT(0 <= begin && begin <= end && end <= numel_, "grad_slice out of range");
+  return flat_grads_.as_strided({end - begin}, {1}, begin);
+}
+
+void ParamArena::zero_grad() { flat_grads_.zero_(); }
+
+}  // namespace vitddp

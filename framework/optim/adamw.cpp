@@ -1,0 +1,60 @@
+// AdamW over the arena's flat buffers, as torch.optim.AdamW (amsgrad off).
+#include <cmath>
+
+#include "framework/core/error.h"
+#include "framework/optim/optimizer.h"
+
+namespace vitddp {
+namespace {
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(ParamArena& arena, const AdamWConfig& config) : arena_(arena), config_(config) {
+    VITDDP_CHECK(config.lr >= 0, "adamw: learning rate must be >= 0, got ", config.lr);
+    VITDDP_CHECK(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1,
+                 "adamw: betas must be in [0, 1)");
+    VITDDP_CHECK(config.eps > 0, "adamw: eps must be positive");
+    VITDDP_CHECK(config.weight_decay >= 0, "adamw: weight decay must be >= 0, got ", config.weight_decay);
+    lr_ = config.lr;
+    exp_avg_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
+    exp_avg_sq_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
+  }
+  std::string name() const override { return "adamw"; }
+  NamedTensors state() const override { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
+
+  void step() override {
+    VITDDP_CHECK(arena_.device().is_cpu(), "adamw: no fused kernel for ", arena_.device().str(), " in this build");
+    ++step_count_;
+    float* p = arena_.flat_params().data<float>();  // (numel)
+    const float* g = arena_.flat_grads().data<float>();
+    float* m = exp_avg_.data<float>();
+    float* v = exp_avg_sq_.data<float>();
+    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_count_));
+    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_count_));
+    const float step_size = static_cast<float>(lr_ / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const float decay = static_cast<float>(1.0 - lr_ * config_.weight_decay);
+    const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2),
+                eps = static_cast<float>(config_.eps);
+    for (int64_t i = 0; i < arena_.numel(); ++i) {
+      p[i] *= decay;
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+    }
+  }
+
+ private:
+  ParamArena& arena_;
+  AdamWConfig config_;
+  Tensor exp_avg_;     // (numel) f32
+  Tensor exp_avg_sq_;  // (numel) f32
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adamw(ParamArena& arena, const AdamWConfig& config) {
+  return std::make_unique<AdamW>(arena, config);
+}
+
+}  // namespace vitddp

@@ -1,0 +1,49 @@
+// Optimizers update every parameter of a ParamArena in one pass over its flat buffers, so the
+// GPU versions are one fused launch each. State tensors are flat too and named for checkpoints.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "framework/nn/param_arena.h"
+
+namespace vitddp {
+
+struct SgdConfig {
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+};
+
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Applies one update from the arena's gradients.
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  // State for checkpoints: flat tensors by name, plus the step count.
+  virtual NamedTensors state() const = 0;
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t steps) { step_count_ = steps; }
+  void set_lr(double lr) { lr_ = lr; }
+  double lr() const { return lr_; }
+
+ protected:
+  int64_t step_count_ = 0;
+  double lr_ = 0;
+};
+
+// PyTorch's SGD (dampening 0, no Nesterov): g += wd * p; buf = momentum * buf + g; p -= lr * buf.
+std::unique_ptr<Optimizer> make_sgd(ParamArena& arena, const SgdConfig& config);
+// PyTorch's AdamW (decoupled weight decay, bias-corrected moments).
+std::unique_ptr<Optimizer> make_adamw(ParamArena& arena, const AdamWConfig& config);
+
+}  // namespace vitddp

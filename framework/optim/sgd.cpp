@@ -1,0 +1,51 @@
+// SGD with momentum and weight decay over the arena's flat buffers.
+#include "framework/core/error.h"
+#include "framework/optim/optimizer.h"
+
+namespace vitddp {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(ParamArena& arena, const SgdConfig& config) : arena_(arena), config_(config) {
+    VITDDP_CHECK(config.lr >= 0, "sgd: learning rate must be >= 0, got ", config.lr);
+    VITDDP_CHECK(config.momentum >= 0 && config.momentum < 1, "sgd: momentum must be in [0, 1), got ",
+                 config.momentum);
+    VITDDP_CHECK(config.weight_decay >= 0, "sgd: weight decay must be >= 0, got ", config.weight_decay);
+    lr_ = config.lr;
+    momentum_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
+  }
+  std::string name() const override { return "sgd"; }
+  NamedTensors state() const override { return {{"momentum_buffer", momentum_}}; }
+
+  void step() override {
+    VITDDP_CHECK(arena_.device().is_cpu(), "sgd: no fused kernel for ", arena_.device().str(), " in this build");
+    float* p = arena_.flat_params().data<float>();  // (numel)
+    const float* g = arena_.flat_grads().data<float>();
+    float* buf = momentum_.data<float>();
+    const float lr = static_cast<float>(lr_), mu = static_cast<float>(config_.momentum),
+                wd = static_cast<float>(config_.weight_decay);
+    const int64_t n = arena_.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      float d = g[i] + wd * p[i];
+      // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
+      float b = mu * buf[i] + d;
+      buf[i] = b;
+      p[i] -= lr * (mu > 0 ? b : d);
+    }
+    ++step_count_;
+  }
+
+ private:
+  ParamArena& arena_;
+  SgdConfig config_;
+  Tensor momentum_;  // (numel) f32
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_sgd(ParamArena& arena, const SgdConfig& config) {
+  return std::make_unique<Sgd>(arena, config);
+}
+
+}  // namespace vitddp

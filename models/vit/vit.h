@@ -1,0 +1,65 @@
+// VisionTransformer with torchvision's structure, parameter names, registration order and
+// initialisation, so weights exchange with torchvision.models.VisionTransformer by name.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "framework/core/random.h"
+#include "framework/nn/layers.h"
+#include "models/vit/vit_config.h"
+
+namespace vitddp {
+
+// ln_1 -> self_attention -> dropout -> + input; ln_2 -> mlp -> + (torchvision's EncoderBlock).
+class EncoderBlock : public Module {
+ public:
+  EncoderBlock(const VitConfig& config, Generator* dropout_gen);
+  Tensor forward(const Tensor& x) const;  // (B, N, D) -> (B, N, D)
+  MultiheadAttention& self_attention() { return *self_attention_; }
+  Mlp& mlp() { return *mlp_; }
+
+ private:
+  LayerNorm* ln_1_;
+  MultiheadAttention* self_attention_;
+  LayerNorm* ln_2_;
+  Mlp* mlp_;
+  double dropout_;
+  Generator* dropout_gen_;
+};
+
+// encoder.pos_embedding, encoder.layers.encoder_layer_N, encoder.ln.
+class Encoder : public Module {
+ public:
+  Encoder(const VitConfig& config, Generator* dropout_gen);
+  Tensor forward(const Tensor& x) const;  // (B, N, D) -> (B, N, D)
+  Tensor& pos_embedding() { return pos_embedding_; }
+  std::vector<EncoderBlock*>& layers() { return layers_; }
+
+ private:
+  Tensor pos_embedding_;  // (1, N, D)
+  std::vector<EncoderBlock*> layers_;
+  LayerNorm* ln_;
+  double dropout_;
+  Generator* dropout_gen_;
+};
+
+class VisionTransformer : public Module {
+ public:
+  // Initialised as torchvision does, drawing from Generator(seed).
+  VisionTransformer(const VitConfig& config, uint64_t seed);
+  Tensor forward(const Tensor& images) const;  // (B, C, H, W) f32 -> logits (B, classes)
+  const VitConfig& config() const { return config_; }
+
+ private:
+  void initialise(Generator& gen);
+
+  VitConfig config_;
+  std::unique_ptr<Generator> dropout_gen_;
+  Tensor class_token_;  // (1, 1, D)
+  PatchConv* conv_proj_;
+  Encoder* encoder_;
+  Linear* head_;  // heads.head
+};
+
+}  // namespace vitddp

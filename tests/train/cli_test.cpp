@@ -1,0 +1,144 @@
+// The `train` program end to end: bad input gets one clear line on stderr and exit code 2,
+// never a crash or a hang; a small run on the CPU works and prints progress and a summary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/test_utils.h"
+#include "framework/io/safetensors.h"
+#include "models/vit/vit.h"
+
+namespace vitddp {
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("vitddp_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs train with `args` on the CPU (CUDA_VISIBLE_DEVICES hides any GPU), with a time limit.
+Run train(const std::string& args) {
+  auto dir = temp_dir();
+  std::string cmd = "CUDA_VISIBLE_DEVICES= timeout 120 " + std::string(VITDDP_TRAIN_BIN) + " " + args + " > " +
+                    (dir / "out").string() + " 2> " + (dir / "err").string();
+  int status = std::system(cmd.c_str());
+  Run r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  return r;
+}
+
+::testing::AssertionResult bad_input(const std::string& args, const std::string& expected) {
+  Run r = train(args);
+  if (r.exit_code != 2)
+    return ::testing::AssertionFailure() << "exit " << r.exit_code << " for `train " << args << "`: " << r.err;
+  if (r.err.find(expected) == std::string::npos)
+    return ::testing::AssertionFailure() << "stderr lacks \"" << expected << "\": " << r.err;
+  size_t lines = std::count(r.err.begin(), r.err.end(), '\n');
+  if (lines != 1) return ::testing::AssertionFailure() << "expected one line, got " << lines << ": " << r.err;
+  return ::testing::AssertionSuccess();
+}
+
+const char* kTiny = "--model vit_tiny --steps 2 --warmup 0 --batch-size 4 --workers 1";
+
+TEST(TrainCli, BadFlagsAndModels) {
+  EXPECT_TRUE(bad_input("--no-such-flag", "--no-such-flag"));
+  EXPECT_TRUE(bad_input("--model vit_x", "unknown model 'vit_x'"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --batch-size 0", "--batch-size must be positive"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --batch-size -3", "--batch-size must be positive"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --steps 0", "--steps must be positive"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim -1", "--hidden-dim must be positive"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --patch-size 7", "patch size 7 does not divide image size 32"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --optimizer lamb", "unknown optimizer 'lamb'"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --steps abc", "steps"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --device tpu", "unknown device 'tpu'"));
+}
+
+TEST(TrainCli, GpusWithoutGpusIsAClearError) {
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --device cuda", "cuda:0 asked for but 0 GPU(s) visible"));
+}
+
+TEST(TrainCli, BadConfigFiles) {
+  auto dir = temp_dir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  EXPECT_TRUE(bad_input("--config " + write("bad.json", "{\"steps\": 3,"), "malformed JSON"));
+  EXPECT_TRUE(bad_input("--config " + write("unknown.json", "{\"stepz\": 3}"), "unknown key \"stepz\""));
+  EXPECT_TRUE(bad_input("--config " + write("type.json", "{\"steps\": \"3\"}"), "\"steps\" must be an integer"));
+  EXPECT_TRUE(bad_input("--config " + write("array.json", "[1, 2]"), "must hold a JSON object"));
+  EXPECT_TRUE(bad_input("--config " + (dir / "missing.json").string(), "cannot read config file"));
+}
+
+TEST(TrainCli, BadSafetensorsFiles) {
+  auto dir = temp_dir();
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --init-from " + (dir / "nope.safetensors").string(), "nope.safetensors"));
+  // A whole, valid file of the wrong model: shapes are named.
+  VisionTransformer other(vit_config_by_name("vit_tiny"), 1);
+  NamedTensors params = other.named_parameters();
+  std::string good = (dir / "tiny.safetensors").string();
+  write_safetensors(good, params);
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim 32 --init-from " + good, "shape"));
+  // Truncated and bit-flipped copies of it.
+  std::string bytes = slurp(good);
+  std::ofstream(dir / "trunc.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --init-from " + (dir / "trunc.safetensors").string(), "trunc.safetensors"));
+  std::string flipped = bytes;
+  flipped[12] ^= 0x5a;
+  std::ofstream(dir / "flip.safetensors", std::ios::binary) << flipped;
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --init-from " + (dir / "flip.safetensors").string(), "flip.safetensors"));
+  // A data file with the wrong dtype for labels.
+  Generator gen(3);
+  Tensor images = testing::random_tensor({4, 3, 32, 32}, gen, DType::kF32);
+  Tensor labels = testing::random_tensor({4}, gen, DType::kF32, 0, 9);
+  std::string data = (dir / "data.safetensors").string();
+  write_safetensors(data, {{"images", images}, {"labels", labels}});
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --data " + data, "labels"));
+}
+
+TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
+  auto dir = temp_dir();
+  std::string saved = (dir / "trained.safetensors").string();
+  Run r = train("--steps 3 --warmup 1 --batch-size 4 --workers 2 --json --save " + saved);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("no GPU visible; training on the CPU with the small vit_tiny model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step    4/4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary: vit_tiny on cpu"), std::string::npos) << r.out;
+  std::string trimmed = r.out.substr(0, r.out.find_last_not_of('\n') + 1);
+  std::string last = trimmed.substr(trimmed.rfind('\n') + 1);  // the JSON line comes last
+  auto j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["system"], "vitddp");
+  EXPECT_EQ(j["losses"].size(), 4u);
+  EXPECT_GT(j["steps_per_s"].get<double>(), 0.0);
+  // The saved weights load back into the same model by name, and differ from the init.
+  SafetensorsFile file = read_safetensors(saved);
+  VisionTransformer fresh(vit_config_by_name("vit_tiny"), 0);
+  NamedTensors params = fresh.named_parameters();
+  std::vector<double> before = params[0].second.to_vector();
+  load_named_tensors(file, params, saved);
+  EXPECT_EQ(file.tensors.size(), params.size());
+  // --init-from the saved file continues from the trained weights.
+  Run again = train(std::string(kTiny) + " --init-from " + saved);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+}  // namespace
+}  // namespace vitddp

@@ -1,0 +1,57 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/test_utils.h"
+#include "train/config.h"
+
+namespace vitddp {
+namespace {
+
+TrainConfig parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "train");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  TrainConfig c;
+  EXPECT_TRUE(parse_train_config(static_cast<int>(argv.size()), argv.data(), &c));
+  return c;
+}
+
+TEST(TrainConfig, EveryShippedConfigParses) {
+  int count = 0;
+  for (auto& entry : std::filesystem::directory_iterator(std::string(VITDDP_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".json") continue;
+    TrainConfig c = parse({"--config", entry.path().string()});
+    EXPECT_EQ(c.config_file, entry.path().string());
+    ++count;
+  }
+  EXPECT_GE(count, 3);
+}
+
+TEST(TrainConfig, FlagsOverrideTheFileWhichOverridesDefaults) {
+  auto path = std::filesystem::temp_directory_path() / "vitddp_config_test.json";
+  std::ofstream(path) << R"({"steps": 7, "lr": 0.5, "model": "vit_b_16", "json": true})";
+  TrainConfig c = parse({"--config", path.string(), "--steps", "9"});
+  EXPECT_EQ(c.steps, 9);
+  EXPECT_EQ(c.lr, 0.5);
+  EXPECT_EQ(c.model, "vit_b_16");
+  EXPECT_TRUE(c.json);
+  EXPECT_EQ(c.batch_size, TrainConfig().batch_size);
+  // The JSON form of a config round-trips through a file.
+  std::ofstream(path) << c.to_json().dump();
+  TrainConfig again = parse({"--config", path.string()});
+  EXPECT_EQ(again.to_json(), c.to_json());
+}
+
+TEST(TrainConfig, ValidationNamesTheSetting) {
+  TrainConfig c;
+  c.warmup = -1;
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--warmup must be >= 0"}));
+  c = TrainConfig();
+  c.precision = "fp8";
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"unknown precision 'fp8'"}));
+}
+
+}  // namespace
+}  // namespace vitddp

@@ -1,0 +1,202 @@
+#include "train/config.h"
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <variant>
+#include <vector>
+
+#include "framework/core/error.h"
+
+namespace vitddp {
+namespace {
+
+using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, std::string*, bool*>;
+
+struct OptionSpec {
+  const char* name;  // flag without dashes, and JSON key
+  FieldPtr field;
+  const char* help;
+};
+
+std::vector<OptionSpec> option_table(TrainConfig& c) {
+  return {
+      {"device", &c.device, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
+      {"gpus", &c.gpus, "number of GPUs to train on"},
+      {"model", &c.model, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto"},
+      {"image-size", &c.image_size, "override the model's image size"},
+      {"patch-size", &c.patch_size, "override the model's patch size"},
+      {"layers", &c.layers, "override the number of encoder layers"},
+      {"heads", &c.heads, "override the number of attention heads"},
+      {"hidden-dim", &c.hidden_dim, "override the hidden dimension"},
+      {"mlp-dim", &c.mlp_dim, "override the MLP dimension"},
+      {"classes", &c.classes, "override the number of classes"},
+      {"dropout", &c.dropout, "dropout probability in the encoder (torchvision default 0)"},
+      {"init-from", &c.init_from, "load weights by torchvision name from a safetensors file"},
+      {"save", &c.save, "write the trained weights to this safetensors file"},
+      {"data", &c.data, "synthetic (random images), learnable (class patterns + noise), gpu, or a .safetensors file"},
+      {"dataset-size", &c.dataset_size, "samples in the synthetic dataset (0: enough for the run)"},
+      {"workers", &c.workers, "loader worker threads"},
+      {"batch-size", &c.batch_size, "images per step per GPU"},
+      {"steps", &c.steps, "timed training steps"},
+      {"warmup", &c.warmup, "untimed warm-up steps before them"},
+      {"optimizer", &c.optimizer, "sgd or adamw"},
+      {"lr", &c.lr, "learning rate"},
+      {"momentum", &c.momentum, "SGD momentum"},
+      {"weight-decay", &c.weight_decay, "weight decay (decoupled for adamw)"},
+      {"seed", &c.seed, "seed for weights, data and dropout"},
+      {"precision", &c.precision, "fp32, tf32 or bf16"},
+      {"json", &c.json, "print one machine-readable JSON result line at the end"},
+      {"print-every", &c.print_every, "print a progress line every N steps (0: never)"},
+  };
+}
+
+std::string type_name(const FieldPtr& f) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) return "a boolean";
+        else if constexpr (std::is_same_v<T, std::string>) return "a string";
+        else if constexpr (std::is_same_v<T, double>) return "a number";
+        else return "an integer";
+      },
+      f);
+}
+
+void apply_json_value(const OptionSpec& spec, const nlohmann::json& value, const std::string& file) {
+  bool ok = std::visit(
+      [&](auto* p) -> bool {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (!value.is_boolean()) return false;
+          *p = value.get<bool>();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!value.is_string()) return false;
+          *p = value.get<std::string>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!value.is_number()) return false;
+          *p = value.get<double>();
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          if (!value.is_number_unsigned()) return false;
+          *p = value.get<uint64_t>();
+        } else {
+          if (!value.is_number_integer()) return false;
+          auto v = value.get<int64_t>();
+          if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+              v > static_cast<int64_t>(std::numeric_limits<T>::max()))
+            return false;
+          *p = static_cast<T>(v);
+        }
+        return true;
+      },
+      spec.field);
+  VITDDP_CHECK(ok, file, ": \"", spec.name, "\" must be ", type_name(spec.field), ", got ", value.dump());
+}
+
+void load_json_config(const std::string& path, TrainConfig& config) {
+  std::ifstream in(path);
+  VITDDP_CHECK(in.good(), "cannot read config file ", path);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed JSON: " + e.what());
+  }
+  VITDDP_CHECK(doc.is_object(), path, ": a config file must hold a JSON object");
+  auto table = option_table(config);
+  for (auto& [key, value] : doc.items()) {
+    const OptionSpec* spec = nullptr;
+    for (const auto& s : table)
+      if (key == s.name) spec = &s;
+    if (!spec) {
+      std::string known;
+      for (const auto& s : table) known += (known.empty() ? "" : ", ") + std::string(s.name);
+      throw Error(path + ": unknown key \"" + key + "\" (known: " + known + ")");
+    }
+    apply_json_value(*spec, value, path);
+  }
+}
+
+// Finds --config FILE / --config=FILE before the real parse, so flags can override it.
+std::string find_config_flag(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config") {
+      VITDDP_CHECK(i + 1 < argc, "--config needs a file name");
+      return argv[i + 1];
+    }
+    if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
+  }
+  return "";
+}
+
+}  // namespace
+
+nlohmann::json TrainConfig::to_json() const {
+  TrainConfig copy = *this;
+  nlohmann::json out;
+  for (const auto& spec : option_table(copy)) std::visit([&](auto* p) { out[spec.name] = *p; }, spec.field);
+  return out;
+}
+
+void TrainConfig::validate() const {
+  VITDDP_CHECK(gpus >= 0, "--gpus must be >= 0, got ", gpus);
+  for (auto [v, name] : {std::pair{image_size, "--image-size"}, {patch_size, "--patch-size"}, {layers, "--layers"},
+                         {heads, "--heads"}, {hidden_dim, "--hidden-dim"}, {mlp_dim, "--mlp-dim"},
+                         {classes, "--classes"}})
+    VITDDP_CHECK(v >= 0, name, " must be positive, got ", v);
+  VITDDP_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
+  VITDDP_CHECK(batch_size <= 1 << 20, "--batch-size ", batch_size, " is too large");
+  VITDDP_CHECK(steps > 0, "--steps must be positive, got ", steps);
+  VITDDP_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
+  VITDDP_CHECK(dataset_size >= 0, "--dataset-size must be >= 0, got ", dataset_size);
+  VITDDP_CHECK(workers >= 0 && workers <= 256, "--workers must be in [0, 256], got ", workers);
+  VITDDP_CHECK(optimizer == "sgd" || optimizer == "adamw", "unknown optimizer '", optimizer, "' (sgd, adamw)");
+  VITDDP_CHECK(lr >= 0, "--lr must be >= 0, got ", lr);
+  VITDDP_CHECK(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got ", momentum);
+  VITDDP_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
+  VITDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got ", dropout);
+  VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
+               "' (fp32, tf32, bf16)");
+  VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
+}
+
+bool parse_train_config(int argc, char** argv, TrainConfig* config) {
+  std::string config_file = find_config_flag(argc, argv);
+  if (!config_file.empty()) load_json_config(config_file, *config);
+  config->config_file = config_file;
+
+  CLI::App app{"vitddp train: data-parallel ViT training on synthetic images"};
+  app.set_config();  // no CLI11 config files: --config is ours (JSON)
+  app.add_option("--config", config->config_file, "JSON config file (configs/*.json); flags override it");
+  for (const auto& spec : option_table(*config)) {
+    std::string flag = std::string("--") + spec.name;
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            app.add_flag(flag, *p, spec.help);
+          } else {
+            app.add_option(flag, *p, spec.help)->capture_default_str();
+          }
+        },
+        spec.field);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return false;
+  } catch (const CLI::CallForAllHelp& e) {
+    app.exit(e);
+    return false;
+  } catch (const CLI::ParseError& e) {
+    throw Error(e.what());
+  }
+  config->validate();
+  return true;
+}
+
+}  // namespace vitddp

@@ -1,0 +1,55 @@
+// TrainConfig: every setting of a run, from defaults, then a JSON config file, then flags.
+// One table of options (config.cpp) drives both the command line and the JSON keys, so the two
+// can never disagree; unknown JSON keys and wrong JSON types are errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace CLI {
+class App;
+}
+
+namespace vitddp {
+
+struct TrainConfig {
+  // where
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  int gpus = 0;                 // 0: not asked; N: train on N GPUs
+  // model
+  std::string model = "auto";   // auto: vit_l_32 on a GPU, vit_tiny on the CPU
+  int64_t image_size = 0, patch_size = 0, layers = 0, heads = 0, hidden_dim = 0, mlp_dim = 0, classes = 0;
+  double dropout = 0.0;
+  std::string init_from;        // safetensors with torchvision names
+  std::string save;             // write trained weights here (safetensors)
+  // data
+  std::string data = "synthetic";  // synthetic | learnable | gpu | PATH.safetensors
+  int64_t dataset_size = 0;        // 0: (warmup + steps) * batch * world, as the reference
+  int workers = 4;
+  // optimisation
+  int64_t batch_size = 32;
+  int64_t steps = 20;
+  int64_t warmup = 5;
+  std::string optimizer = "sgd";  // sgd | adamw
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  uint64_t seed = 0;
+  std::string precision = "fp32";  // fp32 | tf32 | bf16
+  // output
+  bool json = false;
+  int64_t print_every = 1;
+  std::string config_file;
+
+  nlohmann::json to_json() const;
+  // Throws vitddp::Error naming the first bad setting.
+  void validate() const;
+};
+
+// Parses argv (flags override --config FILE, which overrides defaults). Returns false when the
+// program should exit 0 at once (--help); throws vitddp::Error on bad input.
+bool parse_train_config(int argc, char** argv, TrainConfig* config);
+
+}  // namespace vitddp

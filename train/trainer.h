@@ -1,0 +1,37 @@
+// The training loop of one process: batch -> forward -> loss -> backward -> optimizer step,
+// with per-step progress, a summary and an optional JSON result line.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "models/vit/vit_config.h"
+#include "train/config.h"
+
+namespace vitddp {
+
+struct RunResult {
+  std::string device;
+  VitConfig model;
+  int64_t parameters = 0;
+  int64_t steps = 0;                  // timed steps
+  double seconds = 0;                 // wall time of the timed steps
+  double steps_per_s = 0;
+  double images_per_s = 0;
+  double peak_memory_mib = 0;         // peak bytes on the training device
+  std::vector<double> losses;         // every step, warm-up included
+  nlohmann::json to_json(const TrainConfig& config) const;
+};
+
+// Resolves "auto" device and model choices; prints a note to `log` when it falls back to the
+// CPU. Throws vitddp::Error on requests the machine cannot meet (naming what it has).
+struct ResolvedRun {
+  std::string device;  // "cpu" or "cuda:N"
+  VitConfig model;
+};
+ResolvedRun resolve_run(const TrainConfig& config, std::ostream& log);
+
+RunResult run_training(const TrainConfig& config, std::ostream& out);
+
+}  // namespace vitddp
