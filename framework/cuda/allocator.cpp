@@ -4,32 +4,51 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
 #include "framework/cuda/check.h"
+#include "framework/cuda/stream.h"
 
 namespace vitddp::cuda {
 namespace {
 
 // Note [Device allocator]
-// A plain cudaMalloc/cudaFree allocator with per-device current/peak accounting. Issue [2/7]
-// replaces it with a stream-aware caching allocator so the steady state never calls cudaMalloc.
-class PlainDeviceAllocator final : public Allocator {
+// Device memory comes from CUDA's stream-ordered allocator (cudaMallocAsync) on the device's
+// default memory pool, whose release threshold we raise to "never": freed blocks stay in the
+// pool and are reused by later allocations on the same stream without any cudaMalloc, which
+// is the caching allocator the steady state needs, kept by NVIDIA and usable inside CUDA graph
+// capture. Allocation and free happen on the thread's current stream; memory that another
+// stream uses (the loader's copies, the reducer's buckets) is either long-lived or ordered
+// with events before it is freed. We count requested bytes for current/peak figures, as
+// torch.cuda.max_memory_allocated does.
+//
+// VITDDP_POISON_ALLOC=1 fills every new allocation with 0xFF bytes (NaN in every float format)
+// so tests catch kernels that leave outputs unwritten.
+class AsyncPoolAllocator final : public Allocator {
  public:
   static constexpr int kMaxDevices = 64;
 
+  AsyncPoolAllocator() {
+    const char* poison = std::getenv("VITDDP_POISON_ALLOC");
+    poison_ = poison && poison[0] == '1';
+  }
+
   void* allocate(size_t nbytes, int device) override {
     VITDDP_CHECK(device >= 0 && device < kMaxDevices, "cuda device index ", device, " out of range");
-    int previous = 0;
-    CUDA_CHECK(cudaGetDevice(&previous));
-    CUDA_CHECK(cudaSetDevice(device));
+    std::call_once(pool_once_[device], [&] { configure_pool(device); });
+    int previous = current_device();
+    if (previous != device) set_device(device);
     void* ptr = nullptr;
-    cudaError_t err = cudaMalloc(&ptr, nbytes);
-    CUDA_WARN(cudaSetDevice(previous));
+    cudaStream_t stream = current_stream();
+    cudaError_t err = cudaMallocAsync(&ptr, nbytes, stream);
+    if (err == cudaSuccess && poison_) err = cudaMemsetAsync(ptr, 0xFF, nbytes, stream);
+    if (previous != device) set_device(previous);
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       throw Error("out of memory on cuda:" + std::to_string(device) + " allocating " + std::to_string(nbytes) +
-                  " bytes (" + std::to_string(current_[device].load()) + " in use)");
+                  " bytes (" + std::to_string(current_[device].load()) + " bytes in use)");
     }
     CUDA_CHECK(err);
     size_t now = current_[device].fetch_add(nbytes) + nbytes;
@@ -38,15 +57,35 @@ class PlainDeviceAllocator final : public Allocator {
     }
     return ptr;
   }
+
   void deallocate(void* ptr, size_t nbytes, int device) noexcept override {
-    CUDA_WARN(cudaFree(ptr));
+    int previous = 0;
+    CUDA_WARN(cudaGetDevice(&previous));
+    if (previous != device) CUDA_WARN(cudaSetDevice(device));
+    cudaStream_t stream = nullptr;
+    try {
+      stream = current_stream();
+    } catch (...) {
+    }
+    CUDA_WARN(cudaFreeAsync(ptr, stream));
+    if (previous != device) CUDA_WARN(cudaSetDevice(previous));
     current_[device].fetch_sub(nbytes);
   }
+
   size_t current_bytes(int device) const override { return current_[device].load(); }
   size_t peak_bytes(int device) const override { return peak_[device].load(); }
   void reset_peak(int device) override { peak_[device].store(current_[device].load()); }
 
  private:
+  static void configure_pool(int device) {
+    cudaMemPool_t pool = nullptr;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep_everything = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  }
+
+  bool poison_ = false;
+  std::array<std::once_flag, kMaxDevices> pool_once_;
   std::array<std::atomic<size_t>, kMaxDevices> current_{};
   std::array<std::atomic<size_t>, kMaxDevices> peak_{};
 };
@@ -54,7 +93,7 @@ class PlainDeviceAllocator final : public Allocator {
 }  // namespace
 
 Allocator& device_allocator() {
-  static PlainDeviceAllocator allocator;
+  static AsyncPoolAllocator allocator;
   return allocator;
 }
 

@@ -1,0 +1,70 @@
+// Streams and events as move-only RAII handles, and the thread's current stream, on which
+// every op of that thread launches its kernels. The trainer makes its compute stream current;
+// the loader and the reducer use streams of their own and order them with events.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace vitddp::cuda {
+
+class Stream {
+ public:
+  Stream() = default;
+  // A non-blocking stream on `device` (lower numbers = higher priority).
+  static Stream create(int device, int priority = 0);
+  ~Stream();
+  Stream(Stream&& o) noexcept : stream_(o.stream_) { o.stream_ = nullptr; }
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  void synchronize() const;
+
+ private:
+  explicit Stream(cudaStream_t s) : stream_(s) {}
+  cudaStream_t stream_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() = default;
+  // `timing`: the event can measure elapsed time (slightly costlier to record).
+  static Event create(bool timing = false);
+  ~Event();
+  Event(Event&& o) noexcept : event_(o.event_) { o.event_ = nullptr; }
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+  void record(cudaStream_t stream) const;
+  // Makes `stream` wait for the work recorded in this event (no host synchronisation).
+  void block(cudaStream_t stream) const;
+  void synchronize() const;
+  bool query() const;
+  // Milliseconds between `start` and this event (both recorded with timing).
+  float elapsed_ms_since(const Event& start) const;
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// The calling thread's current stream for the current device (a per-device non-blocking
+// stream unless a StreamGuard says otherwise).
+cudaStream_t current_stream();
+
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
+
+// Device of the calling thread.
+int current_device();
+void set_device(int device);
+
+}  // namespace vitddp::cuda
