@@ -1,5 +1,6 @@
 // Inverted dropout: in training, zeroes each element with probability p and scales the rest by
-// 1/(1-p); identity when !training or p == 0. The mask is drawn from `gen`.
+// 1/(1-p); identity (returns x, draws nothing) when !training or p == 0. p must be in [0, 1).
+// The mask is drawn from `gen`: one gen.uniform() per element in row-major order, dropped iff < p.
 #pragma once
 
 #include "framework/core/random.h"
