@@ -2,6 +2,7 @@
 
 #include "framework/cuda/check.h"
 #include "framework/cuda/dispatch.cuh"
+#include "framework/cuda/stream.h"
 #include "framework/cuda/strided_index.cuh"
 
 namespace vitddp::cuda {
@@ -44,14 +45,14 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
-    CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, current_stream()));
     return;
   }
   dispatch_cuda_dtype(dst.dtype(), [&](auto dst_zero) {
     using D = decltype(dst_zero);
     dispatch_cuda_dtype(src.dtype(), [&](auto src_zero) {
       using S = decltype(src_zero);
-      copy_kernel<D, S><<<blocks_for(n), kThreads>>>(static_cast<D*>(dst.data_ptr()), make_strided_index(dst),
+      copy_kernel<D, S><<<blocks_for(n), kThreads, 0, current_stream()>>>(static_cast<D*>(dst.data_ptr()), make_strided_index(dst),
                                                      static_cast<const S*>(src.data_ptr()),
                                                      make_strided_index(src), n);
       CUDA_CHECK_LAUNCH();
@@ -65,7 +66,7 @@ void fill_tensor(const Tensor& dst, double value) {
   DeviceGuard guard(dst.device().index);
   dispatch_cuda_dtype(dst.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst.data_ptr()), make_strided_index(dst),
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(static_cast<T*>(dst.data_ptr()), make_strided_index(dst),
                                                 from_double<T>(value), n);
     CUDA_CHECK_LAUNCH();
   });

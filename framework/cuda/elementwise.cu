@@ -2,6 +2,7 @@
 
 #include "framework/cuda/check.h"
 #include "framework/cuda/dispatch.cuh"
+#include "framework/cuda/stream.h"
 #include "framework/cuda/strided_index.cuh"
 
 namespace vitddp::cuda {
@@ -26,7 +27,7 @@ void add_inplace(const Tensor& dst, const Tensor& src, double alpha) {
   int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8));
   dispatch_cuda_dtype(dst.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    add_inplace_kernel<T><<<blocks, kThreads>>>(static_cast<T*>(dst.data_ptr()), make_strided_index(dst),
+    add_inplace_kernel<T><<<blocks, kThreads, 0, current_stream()>>>(static_cast<T*>(dst.data_ptr()), make_strided_index(dst),
                                                 static_cast<const T*>(src.data_ptr()), make_strided_index(src),
                                                 alpha, n);
     CUDA_CHECK_LAUNCH();
