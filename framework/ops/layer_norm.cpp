@@ -1,0 +1,67 @@
+// layer_norm: checks, the autograd node and device dispatch. Kernels: cpu/layer_norm.cpp.
+#include "framework/ops/layer_norm.h"
+
+#include "framework/autograd/node.h"
+#include "framework/cpu/layer_norm.h"
+#include "framework/ops/dispatch.h"
+#include "framework/ops/nn_checks.h"
+
+namespace vitddp {
+namespace {
+
+using nn_checks::brief;
+
+class LayerNormBackward final : public Node {
+ public:
+  LayerNormBackward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+    save(x);
+    save(w);
+    save(mean);
+    save(rstd);
+  }
+  std::string name() const override { return "LayerNormBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const Tensor& x = saved(0);
+    const Tensor& w = saved(1);
+    Tensor dy = grads[0].to(x.dtype()).contiguous();
+    Tensor dx, dw, db;
+    if (needs_input_grad(0)) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    if (needs_input_grad(1)) dw = Tensor::empty(w.shape(), w.dtype(), w.device());
+    if (needs_input_grad(2)) db = Tensor::empty(w.shape(), w.dtype(), w.device());
+    on_device(x.device(), "layer_norm backward",
+              [&] { cpu::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db); });
+    return {dx, dw, db};
+  }
+};
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  nn_checks::check_floating(op, "input", input);
+  nn_checks::check_defined(op, "weight", weight);
+  nn_checks::check_defined(op, "bias", bias);
+  nn_checks::check_like(op, "weight", weight, "input", input);
+  nn_checks::check_like(op, "bias", bias, "input", input);
+  VITDDP_CHECK(input.dim() >= 1 && input.shape().back() > 0,
+               "layer_norm: input must have a non-empty last dim (..., D), got ", input.description());
+  const int64_t D = input.shape().back();
+  VITDDP_CHECK(weight.dim() == 1 && weight.size(0) == D, "layer_norm: weight ", brief(weight),
+               " does not match input ", brief(input), " (normalized dim ", D, ")");
+  VITDDP_CHECK(bias.dim() == 1 && bias.size(0) == D, "layer_norm: bias ", brief(bias), " does not match input ",
+               brief(input), " (normalized dim ", D, ")");
+  VITDDP_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
+  Tensor x = input.contiguous();
+  Tensor w = weight.contiguous();
+  Tensor b = bias.contiguous();
+  const int64_t rows = nn_checks::leading_rows(x);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());
+  Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  on_device(x.device(), op, [&] { cpu::layer_norm_forward(x, w, b, eps, y, mean, rstd); });
+  if (any_requires_grad({input, weight, bias}))
+    record(std::make_shared<LayerNormBackward>(x, w, mean, rstd), {input, weight, bias}, y);
+  return y;
+}
+
+}  // namespace vitddp
