@@ -2,23 +2,14 @@
 
 #include <cmath>
 
+#include "framework/core/mix64.h"
 #include "framework/core/scalar_types.h"
 
 namespace vitddp {
 
-uint64_t mix64(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  // a second round so that consecutive counters of nearby seeds decorrelate
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t mix64(uint64_t a, uint64_t b) { return mix64_inline(a, b); }
 
-double Generator::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Generator::uniform() { return uniform_from_bits(next_u64()); }
 
 double Generator::normal() {
   double u1 = uniform();

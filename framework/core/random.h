@@ -19,6 +19,8 @@ class Generator {
   double normal();   // N(0, 1), Box-Muller on two uniforms
   uint64_t seed() const { return seed_; }
   uint64_t counter() const { return counter_; }
+  // Skips `n` draws (a CUDA kernel made them from (seed, counter + i)).
+  void advance(uint64_t n) { counter_ += n; }
 
  private:
   uint64_t seed_;

@@ -1,7 +1,7 @@
-#include "framework/cuda/elementwise.h"
-
 #include "framework/cuda/check.h"
 #include "framework/cuda/dispatch.cuh"
+#include "framework/cuda/elementwise.h"
+#include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/stream.h"
 #include "framework/cuda/strided_index.cuh"
 
@@ -11,10 +11,42 @@ namespace {
 template <typename T>
 __global__ void add_inplace_kernel(T* dst, StridedIndex dst_index, const T* src, StridedIndex src_index,
                                    double alpha, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  VITDDP_GRID_STRIDE_LOOP(i, n) {
     T& out = dst[dst_index.offset(i)];
     out = from_double<T>(to_double(out) + alpha * to_double(src[src_index.offset(i)]));
   }
+}
+
+template <typename T, bool kMul>
+__global__ void binary_kernel(const T* a, StridedIndex a_index, const T* b, StridedIndex b_index, T* out, int64_t n) {
+  VITDDP_GRID_STRIDE_LOOP(i, n) {
+    float x = to_f(a[a_index.offset(i)]), y = to_f(b[b_index.offset(i)]);
+    out[i] = from_f<T>(kMul ? x * y : x + y);
+  }
+}
+
+template <typename T>
+__global__ void scale_kernel(const T* x, StridedIndex x_index, float factor, T* out, int64_t n) {
+  VITDDP_GRID_STRIDE_LOOP(i, n) out[i] = from_f<T>(to_f(x[x_index.offset(i)]) * factor);
+}
+
+// The index of `t` seen through out's shape: stride 0 along broadcast dims.
+StridedIndex broadcast_index(const Tensor& t, const Shape& out_shape) {
+  VITDDP_CHECK(out_shape.size() <= StridedIndex::kMaxDims, "CUDA kernels take at most ", StridedIndex::kMaxDims,
+               " dims, got ", shape_str(out_shape));
+  StridedIndex s;
+  s.rank = static_cast<int>(out_shape.size());
+  const size_t lead = out_shape.size() - t.shape().size();
+  for (size_t d = 0; d < out_shape.size(); ++d) {
+    s.sizes[d] = out_shape[d];
+    if (d < lead) {
+      s.strides[d] = 0;
+    } else {
+      int64_t size = t.shape()[d - lead];
+      s.strides[d] = (size == 1 && out_shape[d] != 1) ? 0 : t.strides()[d - lead];
+    }
+  }
+  return s;
 }
 
 }  // namespace
@@ -22,14 +54,38 @@ __global__ void add_inplace_kernel(T* dst, StridedIndex dst_index, const T* src,
 void add_inplace(const Tensor& dst, const Tensor& src, double alpha) {
   const int64_t n = dst.numel();
   if (n == 0) return;
-  CUDA_CHECK(cudaSetDevice(dst.device().index));
-  constexpr int kThreads = 256;
-  int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8));
   dispatch_cuda_dtype(dst.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    add_inplace_kernel<T><<<blocks, kThreads, 0, current_stream()>>>(static_cast<T*>(dst.data_ptr()), make_strided_index(dst),
-                                                static_cast<const T*>(src.data_ptr()), make_strided_index(src),
-                                                alpha, n);
+    add_inplace_kernel<T><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        static_cast<T*>(dst.data_ptr()), make_strided_index(dst), static_cast<const T*>(src.data_ptr()),
+        make_strided_index(src), alpha, n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  StridedIndex ai = broadcast_index(a, out.shape()), bi = broadcast_index(b, out.shape());
+  dispatch_floating(out.dtype(), op == cpu::BinaryOp::kMul ? "mul" : "add", [&](auto zero) {
+    using T = decltype(zero);
+    if (op == cpu::BinaryOp::kMul)
+      binary_kernel<T, true><<<grid_for(n), kThreads, 0, current_stream()>>>(
+          static_cast<const T*>(a.data_ptr()), ai, static_cast<const T*>(b.data_ptr()), bi, out.data<T>(), n);
+    else
+      binary_kernel<T, false><<<grid_for(n), kThreads, 0, current_stream()>>>(
+          static_cast<const T*>(a.data_ptr()), ai, static_cast<const T*>(b.data_ptr()), bi, out.data<T>(), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void scale_forward(const Tensor& x, double factor, const Tensor& out) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_floating(out.dtype(), "scale", [&](auto zero) {
+    using T = decltype(zero);
+    scale_kernel<T><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        static_cast<const T*>(x.data_ptr()), make_strided_index(x), static_cast<float>(factor), out.data<T>(), n);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -7,6 +7,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/attention.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/attention.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -34,7 +35,8 @@ class AttentionBackward final : public Node {
     if (needs_input_grad(1)) dk = Tensor::empty(k.shape(), k.dtype(), k.device());
     if (needs_input_grad(2)) dv = Tensor::empty(v.shape(), v.dtype(), v.device());
     on_device(q.device(), "scaled_dot_product_attention backward",
-              [&] { cpu::attention_backward(q, k, v, saved(3), scale_, dout, dq, dk, dv); });
+              [&] { cpu::attention_backward(q, k, v, saved(3), scale_, dout, dq, dk, dv); },
+              [&] { cuda::attention_backward(q, k, v, saved(3), scale_, dout, dq, dk, dv); });
     return {dq, dk, dv};
   }
 
@@ -66,7 +68,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor v = v_in.contiguous();
   Tensor probs = Tensor::empty({qs[0], qs[1], qs[2], ks[2]}, q.dtype(), q.device());
   Tensor out = Tensor::empty({qs[0], qs[1], qs[2], vs[3]}, q.dtype(), q.device());
-  on_device(q.device(), op, [&] { cpu::attention_forward(q, k, v, scale, probs, out); });
+  on_device(q.device(), op, [&] { cpu::attention_forward(q, k, v, scale, probs, out); },
+              [&] { cuda::attention_forward(q, k, v, scale, probs, out); });
   if (any_requires_grad({q_in, k_in, v_in}))
     record(std::make_shared<AttentionBackward>(q, k, v, probs, scale), {q_in, k_in, v_in}, out);
   return out;

@@ -4,6 +4,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/cross_entropy.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/cross_entropy.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -23,7 +24,8 @@ class CrossEntropyBackward final : public Node {
     Tensor dloss = grads[0].to(logits.dtype()).contiguous();
     Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
     on_device(logits.device(), "cross_entropy backward",
-              [&] { cpu::cross_entropy_backward(logits, saved(1), dloss, dlogits); });
+              [&] { cpu::cross_entropy_backward(logits, saved(1), dloss, dlogits); },
+              [&] { cuda::cross_entropy_backward(logits, saved(1), dloss, dlogits); });
     return {dlogits, Tensor()};
   }
 };
@@ -47,7 +49,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in) {
   Tensor logits = logits_in.contiguous();
   Tensor labels = labels_in.contiguous();
   Tensor loss = Tensor::empty(Shape{}, logits.dtype(), logits.device());
-  on_device(logits.device(), op, [&] { cpu::cross_entropy_forward(logits, labels, loss); });
+  on_device(logits.device(), op, [&] { cpu::cross_entropy_forward(logits, labels, loss); },
+              [&] { cuda::cross_entropy_forward(logits, labels, loss); });
   if (any_requires_grad({logits_in, labels_in}))
     record(std::make_shared<CrossEntropyBackward>(logits, labels), {logits_in, labels_in}, loss);
   return loss;

@@ -1,11 +1,12 @@
-// dropout: checks, the autograd node and device dispatch. Kernel: cpu/dropout.cpp (the mask is
-// drawn on the CPU from the Generator, so it is the same on every device for the same state).
+// dropout: checks, the autograd node and device dispatch. Kernels: cpu/dropout.cpp and
+// cuda/dropout.cu draw the same mask for the same Generator state.
 #include "framework/ops/dropout.h"
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/cpu/dropout.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/dropout.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/op_checks.h"
 
@@ -26,10 +27,19 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   VITDDP_CHECK(p >= 0.0 && p < 1.0, "dropout: probability p must be in [0, 1), got ", p, " (for ",
                x.description(), ")");
   if (!training || p == 0.0) return x;
-  DType mask_dtype = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  Tensor mask = Tensor::empty(x.shape(), mask_dtype);
-  cpu::dropout_mask(mask, p, gen);
-  mask = mask.to(x.dtype()).to(x.device());
+  Tensor mask;
+  if (x.device().is_cpu()) {
+    mask = Tensor::empty(x.shape(), x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32);
+    cpu::dropout_mask(mask, p, gen);
+    mask = mask.to(x.dtype());
+  } else {
+#if VITDDP_WITH_CUDA
+    // The same draws as the CPU kernel: element i uses (seed, counter + i).
+    mask = Tensor::empty(x.shape(), x.dtype(), x.device());
+    cuda::dropout_mask(mask, p, gen.seed(), gen.counter());
+    gen.advance(static_cast<uint64_t>(mask.numel()));
+#endif
+  }
   Tensor out;
   {
     NoGradGuard no_grad;  // recorded below as one node

@@ -4,6 +4,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/elementwise.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/elementwise.h"
 #include "framework/ops/op_checks.h"
 #include "framework/ops/reduce.h"
 
@@ -15,7 +16,8 @@ Tensor binary(cpu::BinaryOp op, const Tensor& a, const Tensor& b, const char* na
   check_tensor(is_floating(a.dtype()), name, "floating tensors", a);
   Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  on_device(a.device(), name, [&] { cpu::binary_forward(op, a, b, out); });
+  on_device(a.device(), name, [&] { cpu::binary_forward(op, a, b, out); },
+              [&] { cuda::binary_forward(op, a, b, out); });
   return out;
 }
 
@@ -78,7 +80,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor scale(const Tensor& a, double factor) {
   check_floating(a, "scale");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  on_device(a.device(), "scale", [&] { cpu::scale_forward(a, factor, out); });
+  on_device(a.device(), "scale", [&] { cpu::scale_forward(a, factor, out); },
+              [&] { cuda::scale_forward(a, factor, out); });
   if (any_requires_grad({a})) record(std::make_shared<ScaleBackward>(factor), {a}, out);
   return out;
 }

@@ -4,6 +4,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/layer_norm.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/layer_norm.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -29,7 +30,8 @@ class LayerNormBackward final : public Node {
     if (needs_input_grad(1)) dw = Tensor::empty(w.shape(), w.dtype(), w.device());
     if (needs_input_grad(2)) db = Tensor::empty(w.shape(), w.dtype(), w.device());
     on_device(x.device(), "layer_norm backward",
-              [&] { cpu::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db); });
+              [&] { cpu::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db); },
+              [&] { cuda::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db); });
     return {dx, dw, db};
   }
 };
@@ -56,9 +58,12 @@ Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
   Tensor b = bias.contiguous();
   const int64_t rows = nn_checks::leading_rows(x);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());
-  Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
-  on_device(x.device(), op, [&] { cpu::layer_norm_forward(x, w, b, eps, y, mean, rstd); });
+  // Statistics stay in f32 for 16-bit inputs (f64 for f64): bf16 would cost backward accuracy.
+  DType stats = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  Tensor mean = Tensor::empty({rows}, stats, x.device());
+  Tensor rstd = Tensor::empty({rows}, stats, x.device());
+  on_device(x.device(), op, [&] { cpu::layer_norm_forward(x, w, b, eps, y, mean, rstd); },
+              [&] { cuda::layer_norm_forward(x, w, b, eps, y, mean, rstd); });
   if (any_requires_grad({input, weight, bias}))
     record(std::make_shared<LayerNormBackward>(x, w, mean, rstd), {input, weight, bias}, y);
   return y;

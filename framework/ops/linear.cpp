@@ -4,6 +4,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/linear.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/linear.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -26,7 +27,8 @@ class LinearBackward final : public Node {
     if (needs_input_grad(0)) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     if (needs_input_grad(1)) dw = Tensor::empty(w.shape(), w.dtype(), w.device());
     if (needs_input_grad(2)) db = Tensor::empty({w.size(0)}, w.dtype(), w.device());
-    on_device(x.device(), "linear backward", [&] { cpu::linear_backward(x, w, dy, dx, dw, db); });
+    on_device(x.device(), "linear backward", [&] { cpu::linear_backward(x, w, dy, dx, dw, db); },
+              [&] { cuda::linear_backward(x, w, dy, dx, dw, db); });
     return {dx, dw, db};
   }
 };
@@ -47,7 +49,8 @@ class MatmulBackward final : public Node {
     if (needs_input_grad(0)) da = Tensor::empty(a.shape(), a.dtype(), a.device());
     if (needs_input_grad(1)) db = Tensor::empty(b.shape(), b.dtype(), b.device());
     on_device(a.device(), "matmul backward",
-              [&] { cpu::matmul_backward(a, b, dc, da, db, batch_, M_, K_, N_, b_shared_); });
+              [&] { cpu::matmul_backward(a, b, dc, da, db, batch_, M_, K_, N_, b_shared_); },
+              [&] { cuda::matmul_backward(a, b, dc, da, db, batch_, M_, K_, N_, b_shared_); });
     return {da, db};
   }
 
@@ -81,7 +84,8 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  on_device(x.device(), op, [&] { cpu::linear_forward(x, w, b, y); });
+  on_device(x.device(), op, [&] { cpu::linear_forward(x, w, b, y); },
+              [&] { cuda::linear_forward(x, w, b, y); });
   if (any_requires_grad({input, weight, bias}))
     record(std::make_shared<LinearBackward>(x, w), {input, weight, bias}, y);
   return y;
@@ -113,7 +117,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor c = Tensor::empty(out_shape, a.dtype(), a.device());
-  on_device(a.device(), op, [&] { cpu::matmul_forward(a, b, c, batch, M, K, N, b_shared); });
+  on_device(a.device(), op, [&] { cpu::matmul_forward(a, b, c, batch, M, K, N, b_shared); },
+              [&] { cuda::matmul_forward(a, b, c, batch, M, K, N, b_shared); });
   if (any_requires_grad({a_in, b_in}))
     record(std::make_shared<MatmulBackward>(a, b, batch, M, K, N, b_shared), {a_in, b_in}, c);
   return c;

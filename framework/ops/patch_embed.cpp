@@ -8,6 +8,8 @@
 #include "framework/cpu/linear.h"
 #include "framework/cpu/patch_embed.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/patch_embed.h"
+#include "framework/cuda/linear.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -36,10 +38,16 @@ class PatchEmbedBackward final : public Node {
     }
     if (needs_input_grad(1)) dw = Tensor::empty(w.shape(), w.dtype(), w.device());
     if (needs_input_grad(2)) db = Tensor::empty({w.size(0)}, w.dtype(), w.device());
-    on_device(w.device(), "patch_embed backward", [&] {
-      cpu::linear_backward(patches, w, dy, dpatches, dw, db);
-      if (dimages.defined()) cpu::unpatchify(dpatches, patch_, dimages);
-    });
+    on_device(
+        w.device(), "patch_embed backward",
+        [&] {
+          cpu::linear_backward(patches, w, dy, dpatches, dw, db);
+          if (dimages.defined()) cpu::unpatchify(dpatches, patch_, dimages);
+        },
+        [&] {
+          cuda::linear_backward(patches, w, dy, dpatches, dw, db);
+          if (dimages.defined()) cuda::unpatchify(dpatches, patch_, dimages);
+        });
     if (dw.defined()) dw = dw.view_as_shape(weight_shape_);
     return {dimages, dw, db};
   }
@@ -76,10 +84,16 @@ Tensor patch_embed(const Tensor& images, const Tensor& weight, const Tensor& bia
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor patches = Tensor::empty({B * np, cols}, x.dtype(), x.device());
   Tensor y = Tensor::empty({B, np, D}, x.dtype(), x.device());
-  on_device(x.device(), op, [&] {
-    cpu::patchify(x, patch, patches);
-    cpu::linear_forward(patches, w, b, y);
-  });
+  on_device(
+      x.device(), op,
+      [&] {
+        cpu::patchify(x, patch, patches);
+        cpu::linear_forward(patches, w, b, y);
+      },
+      [&] {
+        cuda::patchify(x, patch, patches);
+        cuda::linear_forward(patches, w, b, y);
+      });
   if (any_requires_grad({images, weight, bias}))
     record(std::make_shared<PatchEmbedBackward>(patches, w, x.shape(), weight.shape(), patch), {images, weight, bias},
            y);

@@ -4,6 +4,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/reduce.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/reduce.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/op_checks.h"
 #include "framework/ops/shape_ops.h"
@@ -41,7 +42,8 @@ class SumToShapeBackward final : public Node {
 Tensor reduce_all(const Tensor& x, double factor, const char* op, const char* node_name) {
   check_floating(x, op);
   Tensor out = Tensor::empty({}, x.dtype(), x.device());
-  on_device(x.device(), op, [&] { cpu::sum_all(x, factor, out); });
+  on_device(x.device(), op, [&] { cpu::sum_all(x, factor, out); },
+              [&] { cuda::sum_all(x, factor, out); });
   if (any_requires_grad({x})) record(std::make_shared<SumAllBackward>(x.shape(), factor, node_name), {x}, out);
   return out;
 }
@@ -65,7 +67,8 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
                shape_str(shape), " (the target must broadcast to the input's shape)");
   if (shape == x.shape()) return x;
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
-  on_device(x.device(), "sum_to_shape", [&] { cpu::sum_to_shape(x, out); });
+  on_device(x.device(), "sum_to_shape", [&] { cpu::sum_to_shape(x, out); },
+              [&] { cuda::sum_to_shape(x, out); });
   if (any_requires_grad({x})) record(std::make_shared<SumToShapeBackward>(x.shape()), {x}, out);
   return out;
 }

@@ -4,6 +4,7 @@
 #include "framework/autograd/node.h"
 #include "framework/cpu/softmax.h"
 #include "framework/ops/dispatch.h"
+#include "framework/cuda/softmax.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -18,7 +19,8 @@ class SoftmaxBackward final : public Node {
     const Tensor& y = saved(0);
     Tensor dy = grads[0].to(y.dtype()).contiguous();
     Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-    on_device(y.device(), "softmax backward", [&] { cpu::softmax_backward(y, dy, dx); });
+    on_device(y.device(), "softmax backward", [&] { cpu::softmax_backward(y, dy, dx); },
+              [&] { cuda::softmax_backward(y, dy, dx); });
     return {dx};
   }
 };
@@ -30,7 +32,8 @@ Tensor softmax(const Tensor& input) {
   VITDDP_CHECK(input.dim() >= 1, "softmax: input must have at least 1 dim, got ", input.description());
   Tensor x = input.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  on_device(x.device(), "softmax", [&] { cpu::softmax_forward(x, y); });
+  on_device(x.device(), "softmax", [&] { cpu::softmax_forward(x, y); },
+              [&] { cuda::softmax_forward(x, y); });
   if (any_requires_grad({input})) record(std::make_shared<SoftmaxBackward>(y), {input}, y);
   return y;
 }

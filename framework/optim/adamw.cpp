@@ -3,6 +3,9 @@
 
 #include "framework/core/error.h"
 #include "framework/optim/optimizer.h"
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/optimizer.h"
+#endif
 
 namespace vitddp {
 namespace {
@@ -23,7 +26,6 @@ class AdamW final : public Optimizer {
   NamedTensors state() const override { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
 
   void step() override {
-    VITDDP_CHECK(arena_.device().is_cpu(), "adamw: no fused kernel for ", arena_.device().str(), " in this build");
     ++step_count_;
     float* p = arena_.flat_params().data<float>();  // (numel)
     const float* g = arena_.flat_grads().data<float>();
@@ -36,6 +38,12 @@ class AdamW final : public Optimizer {
     const float decay = static_cast<float>(1.0 - lr_ * config_.weight_decay);
     const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2),
                 eps = static_cast<float>(config_.eps);
+    if (arena_.device().is_cuda()) {
+#if VITDDP_WITH_CUDA
+      cuda::adamw_step(p, g, m, v, arena_.numel(), decay, b1, b2, eps, step_size, inv_sqrt_bc2);
+      return;
+#endif
+    }
     for (int64_t i = 0; i < arena_.numel(); ++i) {
       p[i] *= decay;
       m[i] = b1 * m[i] + (1 - b1) * g[i];

@@ -1,0 +1,47 @@
+#include "framework/cuda/context.h"
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "framework/cuda/check.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+namespace {
+std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
+constexpr int kMaxDevices = 64;
+// cuBLASLt's recommended workspace on Hopper is 32 MiB.
+constexpr size_t kWorkspaceBytes = 32u << 20;
+}  // namespace
+
+void set_matmul_precision(MatmulPrecision precision) { g_precision.store(precision); }
+MatmulPrecision matmul_precision() { return g_precision.load(); }
+
+CudaContext& CudaContext::for_device(int device) {
+  VITDDP_CHECK(device >= 0 && device < kMaxDevices, "cuda device index ", device, " out of range");
+  static std::array<std::unique_ptr<CudaContext>, kMaxDevices> contexts;
+  static std::array<std::once_flag, kMaxDevices> once;
+  std::call_once(once[device], [&] { contexts[device].reset(new CudaContext(device)); });
+  return *contexts[device];
+}
+
+CudaContext::CudaContext(int device) : device_(device) {
+  int previous = current_device();
+  set_device(device);
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
+  // A plain cudaMalloc: the workspace lives as long as the process and is used on any stream.
+  CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+  set_device(previous);
+}
+
+CudaContext::~CudaContext() {
+  // Contexts live until exit, when the driver may already be shutting down: warn only.
+  if (workspace_) CUDA_WARN(cudaFree(workspace_));
+  if (cublaslt_) cublasLtDestroy(cublaslt_);
+}
+
+}  // namespace vitddp::cuda

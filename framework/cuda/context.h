@@ -1,0 +1,39 @@
+// Per-device CUDA library state: the cuBLASLt handle and its workspace, and the matrix-product
+// precision. Made on first use of a device, kept for the process.
+#pragma once
+
+#include <cublasLt.h>
+
+#include "framework/core/tensor.h"
+
+namespace vitddp::cuda {
+
+// How f32 matrix products run: strict fp32 or TF32 tensor cores. bf16/f16 products always run
+// on tensor cores with fp32 accumulation.
+enum class MatmulPrecision { kFp32, kTf32 };
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
+
+class CudaContext {
+ public:
+  static CudaContext& for_device(int device);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
+
+ private:
+  explicit CudaContext(int device);
+  int device_;
+  int sm_count_ = 0;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace vitddp::cuda

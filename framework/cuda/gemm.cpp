@@ -1,0 +1,152 @@
+#include "framework/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "framework/cuda/check.h"
+#include "framework/cuda/context.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+namespace {
+
+struct PlanKey {
+  int device;
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb, ldc, batch, sa, sb, sc;
+  DType dtype;
+  GemmEpilogue epilogue;
+  MatmulPrecision precision;
+  bool has_beta;
+  bool operator==(const PlanKey& o) const {
+    return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, epilogue, precision,
+                    has_beta) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.sa,
+                                          o.sb, o.sc, o.dtype, o.epilogue, o.precision, o.has_beta);
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](int64_t v) { h = (h ^ static_cast<size_t>(v)) * 1099511628211ull; };
+    for (int64_t v : {int64_t(key.device), int64_t(key.ta), int64_t(key.tb), key.m, key.n, key.k, key.lda, key.ldb,
+                      key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.epilogue),
+                      int64_t(key.precision), int64_t(key.has_beta)})
+      mix(v);
+    return h;
+  }
+};
+
+// Descriptors are never destroyed: plans live for the process, like cuBLAS's own handles.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kF64: return CUDA_R_64F;
+    default: break;
+  }
+  throw Error(std::string("gemm: no matrix product for dtype ") + dtype_name(dtype));
+}
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+  if (batch > 1) {
+    int32_t count = static_cast<int32_t>(batch);
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof(stride)));
+  }
+  return layout;
+}
+
+Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precision) {
+  Plan plan;
+  cudaDataType_t type = cuda_type(g.dtype);
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale = CUDA_R_32F;
+  if (g.dtype == DType::kF64) {
+    compute = CUBLAS_COMPUTE_64F;
+    scale = CUDA_R_64F;
+  } else if (g.dtype == DType::kF32 && precision == MatmulPrecision::kTf32) {
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  }
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, scale));
+  cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (g.epilogue == GemmEpilogue::kBias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    cudaDataType_t bias_type = type;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)));
+  }
+  plan.a = make_layout(type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
+  plan.b = make_layout(type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  plan.c = make_layout(type, g.m, g.n, g.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = ctx.workspace_bytes();
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1,
+                                              &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  VITDDP_CHECK(found > 0, "cuBLASLt found no algorithm for a ", dtype_name(g.dtype), " product m=", g.m, " n=", g.n,
+               " k=", g.k);
+  plan.algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g, cudaStream_t stream) {
+  VITDDP_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0, "gemm with an empty dimension");
+  VITDDP_ASSERT(g.epilogue == GemmEpilogue::kNone || g.bias != nullptr, "gemm: bias epilogue without a bias");
+  const int device = current_device();
+  CudaContext& ctx = CudaContext::for_device(device);
+  const MatmulPrecision precision = matmul_precision();
+  PlanKey key{device, g.trans_a, g.trans_b, g.m,     g.n,     g.k,     g.lda,       g.ldb,     g.ldc,
+              g.batch, g.stride_a, g.stride_b, g.stride_c, g.dtype, g.epilogue, precision, g.beta != 0.0f};
+  static std::mutex mutex;
+  static std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
+  Plan plan;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_plan(g, ctx, precision)).first;
+    plan = it->second;
+  }
+  if (g.epilogue == GemmEpilogue::kBias) {
+    // The bias pointer changes per call; the descriptor is shared, so set it under the lock.
+    std::lock_guard<std::mutex> lock(mutex);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &g.alpha, g.a, plan.a, g.b, plan.b, &g.beta, g.c, plan.c,
+                                g.c, plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
+    return;
+  }
+  if (g.dtype == DType::kF64) {
+    double alpha = g.alpha, beta = g.beta;
+    CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &alpha, g.a, plan.a, g.b, plan.b, &beta, g.c, plan.c, g.c,
+                                plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
+    return;
+  }
+  CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &g.alpha, g.a, plan.a, g.b, plan.b, &g.beta, g.c, plan.c,
+                              g.c, plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
+}
+
+}  // namespace vitddp::cuda

@@ -1,0 +1,126 @@
+#include "framework/cuda/check.h"
+#include "framework/cuda/kernel_utils.cuh"
+#include "framework/cuda/layer_norm.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// One warp per row; two passes over the row (mean, then centred variance) for accuracy.
+template <typename T>
+__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, float eps, T* y, float* mean_out,
+                                          float* rstd_out, int64_t rows, int64_t d) {
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* xr = x + row * d;
+  float s = 0.0f;
+  for (int64_t c = lane; c < d; c += 32) s += to_f(xr[c]);
+  const float mean = warp_sum(s) / d;
+  float v = 0.0f;
+  for (int64_t c = lane; c < d; c += 32) {
+    float t = to_f(xr[c]) - mean;
+    v += t * t;
+  }
+  const float rstd = rsqrtf(warp_sum(v) / d + eps);
+  T* yr = y + row * d;
+  for (int64_t c = lane; c < d; c += 32) yr[c] = from_f<T>((to_f(xr[c]) - mean) * rstd * to_f(w[c]) + to_f(b[c]));
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; one warp per row.
+template <typename T>
+__global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, const float* rstd, const T* dy, T* dx,
+                                     int64_t rows, int64_t d) {
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* xr = x + row * d;
+  const T* gr = dy + row * d;
+  const float mu = mean[row], rs = rstd[row];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t c = lane; c < d; c += 32) {
+    float g = to_f(gr[c]) * to_f(w[c]);
+    sum_g += g;
+    sum_gx += g * (to_f(xr[c]) - mu) * rs;
+  }
+  sum_g = warp_sum(sum_g) / d;
+  sum_gx = warp_sum(sum_gx) / d;
+  T* out = dx + row * d;
+  for (int64_t c = lane; c < d; c += 32) {
+    float g = to_f(gr[c]) * to_f(w[c]);
+    float xhat = (to_f(xr[c]) - mu) * rs;
+    out[c] = from_f<T>(rs * (g - sum_g - xhat * sum_gx));
+  }
+}
+
+// dw[c] = sum_r dy * xhat, db[c] = sum_r dy; block (32, 8) over 32 columns, fixed order.
+template <typename T>
+__global__ void layer_norm_dwdb_kernel(const T* x, const float* mean, const float* rstd, const T* dy, T* dw, T* db,
+                                       int64_t rows, int64_t d) {
+  __shared__ float pw[8][33], pb[8][33];
+  const int64_t col = blockIdx.x * 32 + threadIdx.x;
+  float aw = 0.0f, ab = 0.0f;
+  if (col < d) {
+    for (int64_t r = threadIdx.y; r < rows; r += 8) {
+      float g = to_f(dy[r * d + col]);
+      aw += g * (to_f(x[r * d + col]) - mean[r]) * rstd[r];
+      ab += g;
+    }
+  }
+  pw[threadIdx.y][threadIdx.x] = aw;
+  pb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < d) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int y = 0; y < 8; ++y) {
+      tw += pw[y][threadIdx.x];
+      tb += pb[y][threadIdx.x];
+    }
+    if (dw) dw[col] = from_f<T>(tw);
+    if (db) db[col] = from_f<T>(tb);
+  }
+}
+
+}  // namespace
+
+void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  if (rows == 0) return;
+  dispatch_floating(x.dtype(), "layer_norm", [&](auto zero) {
+    using T = decltype(zero);
+    unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    layer_norm_forward_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+        x.data<T>(), w.data<T>(), b.data<T>(), static_cast<float>(eps), y.data<T>(), mean.data<float>(), rstd.data<float>(),
+        rows, d);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
+                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  dispatch_floating(x.dtype(), "layer_norm backward", [&](auto zero) {
+    using T = decltype(zero);
+    if (dx.defined() && rows > 0) {
+      unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+      layer_norm_dx_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
+      CUDA_CHECK_LAUNCH();
+    }
+    if (dw.defined() || db.defined()) {
+      layer_norm_dwdb_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
+          x.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dw.defined() ? dw.data<T>() : nullptr,
+          db.defined() ? db.data<T>() : nullptr, rows, d);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace vitddp::cuda

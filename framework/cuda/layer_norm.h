@@ -1,0 +1,14 @@
+// CUDA layer norm over the last dim, contiguous f32/bf16/f16, statistics (mean, rstd) in f32, current
+// stream. Same contract as cpu/layer_norm.h: mean and rstd (rows) are outputs of forward.
+#pragma once
+
+#include "framework/core/tensor.h"
+
+namespace vitddp::cuda {
+
+void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db);
+
+}  // namespace vitddp::cuda
