@@ -1,0 +1,146 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "framework/core/error.h"
+
+namespace vitddp {
+
+DataLoader::DataLoader(const Dataset& dataset, const DistributedSampler& sampler, const LoaderOptions& options)
+    : dataset_(dataset), sampler_(sampler), options_(options) {
+  VITDDP_CHECK(options.batch_size > 0, "data loader: batch size must be positive, got ", options.batch_size);
+  VITDDP_CHECK(options.num_workers >= 0, "data loader: num_workers must be >= 0, got ", options.num_workers);
+  VITDDP_CHECK(options.prefetch >= 1, "data loader: prefetch must be >= 1, got ", options.prefetch);
+  VITDDP_CHECK(options.start_step >= 0, "data loader: start_step must be >= 0, got ", options.start_step);
+  const int64_t n = sampler.num_samples();
+  batches_per_epoch_ = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
+  VITDDP_CHECK(batches_per_epoch_ > 0, "data loader: ", n, " samples per rank and epoch make no full batch of ",
+               options.batch_size, " with drop_last");
+  first_epoch_ = sampler.epoch();
+  if (!options_.allocator) options_.allocator = [](const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); };
+  next_claim_ = next_return_ = options.start_step;
+  // The sampler must index into this dataset; check once with the first epoch's indices.
+  std::lock_guard<std::mutex> lock(mu_);
+  auto first = indices_locked(epoch_of(next_return_));
+  const int64_t max_index = first->empty() ? -1 : *std::max_element(first->begin(), first->end());
+  VITDDP_CHECK(max_index < dataset.size(), "data loader: the sampler yields index ", max_index,
+               " but the dataset has only ", dataset.size(), " samples");
+  for (int i = 0; i < options.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  ready_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+std::shared_ptr<const std::vector<int64_t>> DataLoader::indices_locked(int64_t epoch) {
+  // Drop index lists of epochs the consumer has left (workers keep their own reference).
+  const int64_t oldest = epoch_of(next_return_);
+  while (!epoch_indices_.empty() && epoch_indices_.begin()->first < oldest) epoch_indices_.erase(epoch_indices_.begin());
+  auto it = epoch_indices_.find(epoch);
+  if (it != epoch_indices_.end()) return it->second;
+  DistributedSampler s = sampler_;
+  s.set_epoch(epoch);
+  auto indices = std::make_shared<const std::vector<int64_t>>(s.indices());
+  epoch_indices_[epoch] = indices;
+  return indices;
+}
+
+Batch DataLoader::build(int64_t step, const std::vector<int64_t>& indices) const {
+  const int64_t k = step % batches_per_epoch_;
+  const int64_t begin = k * options_.batch_size;
+  const int64_t count = std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices.size()) - begin);
+  const Shape image = dataset_.image_shape();
+  const Shape images_shape{count, image[0], image[1], image[2]};
+  Batch b;
+  b.epoch = epoch_of(step);
+  b.step = step;
+  b.images = options_.allocator(images_shape, DType::kF32);
+  b.labels = options_.allocator({count}, DType::kI64);
+  for (const Tensor* t : {&b.images, &b.labels})
+    VITDDP_CHECK(t->defined() && t->device().is_cpu() && t->is_contiguous(),
+                 "data loader: the batch allocator must return contiguous CPU tensors");
+  VITDDP_CHECK(b.images.shape() == images_shape && b.images.dtype() == DType::kF32 && b.labels.shape() == Shape{count} &&
+                   b.labels.dtype() == DType::kI64,
+               "data loader: the batch allocator returned the wrong shape or dtype");
+  float* img = b.images.data<float>();
+  int64_t* lab = b.labels.data<int64_t>();
+  const int64_t per = dataset_.image_numel();
+  for (int64_t i = 0; i < count; ++i) dataset_.get(indices[begin + i], img + i * per, lab + i);
+  return b;
+}
+
+void DataLoader::worker_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || next_claim_ < next_return_ + options_.prefetch; });
+    if (stop_) return;
+    const int64_t step = next_claim_++;
+    Slot slot;
+    try {
+      auto indices = indices_locked(epoch_of(step));
+      lock.unlock();
+      slot.batch = build(step, *indices);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    if (!lock.owns_lock()) lock.lock();
+    done_[step] = std::move(slot);
+    ready_cv_.notify_all();
+  }
+}
+
+Batch DataLoader::next() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (failed_) std::rethrow_exception(failed_);
+  if (!started_) {
+    started_ = true;
+    start_time_ = t0;
+  }
+  Slot slot;
+  const int64_t step = next_return_;
+  if (workers_.empty()) {
+    try {
+      auto indices = indices_locked(epoch_of(step));
+      slot.batch = build(step, *indices);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+  } else {
+    ready_cv_.wait(lock, [&] { return done_.count(step) > 0; });
+    auto it = done_.find(step);
+    slot = std::move(it->second);
+    done_.erase(it);
+  }
+  ++next_return_;
+  const auto t1 = Clock::now();
+  stats_.wait_seconds += std::chrono::duration<double>(t1 - t0).count();
+  stats_.elapsed_seconds = std::chrono::duration<double>(t1 - start_time_).count();
+  if (slot.error) {
+    failed_ = slot.error;
+    stop_ = true;  // the loader is broken; let the workers finish
+    lock.unlock();
+    work_cv_.notify_all();
+    std::rethrow_exception(failed_);
+  }
+  ++stats_.batches;
+  stats_.images += slot.batch.labels.numel();
+  lock.unlock();
+  work_cv_.notify_all();
+  return std::move(slot.batch);
+}
+
+LoaderStats DataLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace vitddp

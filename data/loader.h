@@ -1,0 +1,100 @@
+// DataLoader: builds batches of (image, label) from a Dataset on worker threads, in the order of
+// a DistributedSampler, ahead of the consumer (bounded prefetch).
+//
+// Batches are numbered by a global step 0, 1, 2, ... that runs across epochs: step s belongs to
+// epoch sampler.epoch() + s / batches_per_epoch() and holds the samples of that epoch's index list
+// at [k * batch_size, (k + 1) * batch_size) with k = s % batches_per_epoch(). The content of a
+// batch depends on its step alone, so the sequence is the same for any number of workers and any
+// thread timing. next() never runs out: after the last batch of an epoch comes the first batch of
+// the next epoch (reshuffled by the sampler).
+//
+// A worker exception (e.g. a dataset error) is rethrown by the next() that would have returned
+// that batch, and by every later next(). The destructor stops the workers and joins them; it
+// does not wait for batches nobody asked for beyond those already being built.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+
+namespace vitddp {
+
+// Allocates the batch tensors (CPU, contiguous; e.g. pinned host memory). Called from worker
+// threads, so it must be thread-safe.
+using BatchAllocator = std::function<Tensor(const Shape& shape, DType dtype)>;
+
+struct LoaderOptions {
+  int64_t batch_size = 32;
+  int num_workers = 2;     // 0: each batch is built inside next(), on the caller's thread
+  int prefetch = 4;        // at most this many batches built or being built ahead of the consumer
+  bool drop_last = false;  // drop the last, partial batch of each epoch
+  int64_t start_step = 0;  // to resume: the first next() returns global batch `start_step`
+  BatchAllocator allocator;  // default: Tensor::empty(shape, dtype) on the CPU
+};
+
+struct LoaderStats {
+  int64_t batches = 0;         // returned by next()
+  int64_t images = 0;          // in those batches
+  double wait_seconds = 0;     // time next() spent waiting for (or building) batches
+  double elapsed_seconds = 0;  // since the first next() started
+  // Images per second delivered to the consumer since the first next().
+  double images_per_second() const { return elapsed_seconds > 0 ? images / elapsed_seconds : 0.0; }
+};
+
+class DataLoader {
+ public:
+  // `dataset` must outlive the loader; `sampler` is copied (its epoch is the first epoch).
+  DataLoader(const Dataset& dataset, const DistributedSampler& sampler, const LoaderOptions& options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  Batch next();
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t batch_size() const { return options_.batch_size; }
+  LoaderStats stats() const;
+
+ private:
+  struct Slot {
+    Batch batch;
+    std::exception_ptr error;
+  };
+  int64_t epoch_of(int64_t step) const { return first_epoch_ + step / batches_per_epoch_; }
+  std::shared_ptr<const std::vector<int64_t>> indices_locked(int64_t epoch);
+  Batch build(int64_t step, const std::vector<int64_t>& indices) const;
+  void worker_loop();
+
+  const Dataset& dataset_;
+  DistributedSampler sampler_;
+  LoaderOptions options_;
+  int64_t first_epoch_ = 0;
+  int64_t batches_per_epoch_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // workers wait for room in the prefetch window
+  std::condition_variable ready_cv_;  // the consumer waits for its batch
+  bool stop_ = false;
+  int64_t next_claim_ = 0;   // next step a worker will build
+  int64_t next_return_ = 0;  // next step next() returns
+  std::map<int64_t, Slot> done_;
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> epoch_indices_;
+  std::exception_ptr failed_;
+  std::vector<std::thread> workers_;
+
+  LoaderStats stats_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point start_time_;
+};
+
+}  // namespace vitddp
