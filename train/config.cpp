@@ -119,17 +119,19 @@ void load_json_config(const std::string& path, TrainConfig& config) {
   }
 }
 
-// Finds --config FILE / --config=FILE before the real parse, so flags can override it.
+// Finds the last --config FILE / --config=FILE before the real parse, so flags can override it.
 std::string find_config_flag(int argc, char** argv) {
+  std::string found;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--config") {
       VITDDP_CHECK(i + 1 < argc, "--config needs a file name");
-      return argv[i + 1];
+      found = argv[++i];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      found = arg.substr(9);
     }
-    if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
   }
-  return "";
+  return found;
 }
 
 }  // namespace
@@ -170,7 +172,8 @@ bool parse_train_config(int argc, char** argv, TrainConfig* config) {
 
   CLI::App app{"vitddp train: data-parallel ViT training on synthetic images"};
   app.set_config();  // no CLI11 config files: --config is ours (JSON)
-  app.add_option("--config", config->config_file, "JSON config file (configs/*.json); flags override it");
+  app.add_option("--config", config->config_file, "JSON config file (configs/*.json); flags override it")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   for (const auto& spec : option_table(*config)) {
     std::string flag = std::string("--") + spec.name;
     std::visit(
@@ -179,7 +182,10 @@ bool parse_train_config(int argc, char** argv, TrainConfig* config) {
           if constexpr (std::is_same_v<T, bool>) {
             app.add_flag(flag, *p, spec.help);
           } else {
-            app.add_option(flag, *p, spec.help)->capture_default_str();
+            // The last occurrence wins, so a flag can override an earlier one (or a script's).
+            app.add_option(flag, *p, spec.help)
+                ->capture_default_str()
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
           }
         },
         spec.field);

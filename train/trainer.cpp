@@ -139,7 +139,7 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   SamplerOptions sampler_options;
   sampler_options.dataset_size = dataset->size();
   sampler_options.seed = config.seed;
-  DataLoader loader(*dataset, DistributedSampler(sampler_options), LoaderOptions{config.batch_size, config.workers});
+  DataLoader loader(*dataset, DistributedSampler(sampler_options), LoaderOptions{config.batch_size, config.workers, 4, false, 0, {}});
 
   RunResult result;
   result.device = run.device;

@@ -2,6 +2,7 @@
 // (the comparison runs in tests/models/torchvision_parity.py under python3 with torch).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -110,7 +111,8 @@ TEST(VitModel, InitialisationFollowsTorchvision) {
     std::vector<double> v = p.to_vector();
     double max_abs = 0;
     for (double x : v) max_abs = std::max(max_abs, std::fabs(x));
-    if (name == "class_token" || name.rfind("heads.head", 0) == 0 || name == "conv_proj.bias" ||
+    bool is_norm_bias = name.find("ln") != std::string::npos && name.find("bias") != std::string::npos;
+    if (name == "class_token" || name.rfind("heads.head", 0) == 0 || name == "conv_proj.bias" || is_norm_bias ||
         name.find("in_proj_bias") != std::string::npos || name.find("out_proj.bias") != std::string::npos) {
       EXPECT_EQ(max_abs, 0.0) << name;
     } else if (name.find("mlp") != std::string::npos && name.find("bias") != std::string::npos) {

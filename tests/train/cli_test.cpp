@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/test_utils.h"
 #include "framework/io/safetensors.h"
@@ -14,7 +15,7 @@
 namespace vitddp {
 namespace {
 
-struct Run {
+struct ProcessResult {
   int exit_code = -1;
   std::string out;
   std::string err;
@@ -32,12 +33,12 @@ std::string slurp(const std::filesystem::path& p) {
 }
 
 // Runs train with `args` on the CPU (CUDA_VISIBLE_DEVICES hides any GPU), with a time limit.
-Run train(const std::string& args) {
+ProcessResult train(const std::string& args) {
   auto dir = temp_dir();
   std::string cmd = "CUDA_VISIBLE_DEVICES= timeout 120 " + std::string(VITDDP_TRAIN_BIN) + " " + args + " > " +
                     (dir / "out").string() + " 2> " + (dir / "err").string();
   int status = std::system(cmd.c_str());
-  Run r;
+  ProcessResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(dir / "out");
   r.err = slurp(dir / "err");
@@ -45,7 +46,7 @@ Run train(const std::string& args) {
 }
 
 ::testing::AssertionResult bad_input(const std::string& args, const std::string& expected) {
-  Run r = train(args);
+  ProcessResult r = train(args);
   if (r.exit_code != 2)
     return ::testing::AssertionFailure() << "exit " << r.exit_code << " for `train " << args << "`: " << r.err;
   if (r.err.find(expected) == std::string::npos)
@@ -96,7 +97,7 @@ TEST(TrainCli, BadSafetensorsFiles) {
   NamedTensors params = other.named_parameters();
   std::string good = (dir / "tiny.safetensors").string();
   write_safetensors(good, params);
-  EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim 32 --init-from " + good, "shape"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim 32 --init-from " + good, "in the file but"));
   // Truncated and bit-flipped copies of it.
   std::string bytes = slurp(good);
   std::ofstream(dir / "trunc.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
@@ -117,7 +118,7 @@ TEST(TrainCli, BadSafetensorsFiles) {
 TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
   auto dir = temp_dir();
   std::string saved = (dir / "trained.safetensors").string();
-  Run r = train("--steps 3 --warmup 1 --batch-size 4 --workers 2 --json --save " + saved);
+  ProcessResult r = train("--steps 3 --warmup 1 --batch-size 4 --workers 2 --json --save " + saved);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("no GPU visible; training on the CPU with the small vit_tiny model"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step    4/4"), std::string::npos) << r.out;
@@ -136,7 +137,7 @@ TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
   load_named_tensors(file, params, saved);
   EXPECT_EQ(file.tensors.size(), params.size());
   // --init-from the saved file continues from the trained weights.
-  Run again = train(std::string(kTiny) + " --init-from " + saved);
+  ProcessResult again = train(std::string(kTiny) + " --init-from " + saved);
   EXPECT_EQ(again.exit_code, 0) << again.err;
 }
 
