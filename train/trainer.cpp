@@ -1,12 +1,11 @@
 #include "train/trainer.h"
 
-#include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <ostream>
 
 #include "data/file_dataset.h"
-#include "data/loader.h"
 #include "data/sampler.h"
 #include "data/synthetic_dataset.h"
 #include "framework/core/allocator.h"
@@ -14,9 +13,13 @@
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
 #include "framework/optim/optimizer.h"
+#include "train/batch_source.h"
+#include "train/step_clock.h"
 #include "models/vit/vit.h"
 #if VITDDP_WITH_CUDA
+#include "framework/cuda/context.h"
 #include "framework/cuda/device.h"
+#include "framework/cuda/stream.h"
 #endif
 
 namespace vitddp {
@@ -113,18 +116,42 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   j["steps"] = steps;
   j["steps_per_s"] = steps_per_s;
   j["images_per_s"] = images_per_s;
+  j["median_step_ms"] = median_step_ms;
   j["peak_mem_mib"] = peak_memory_mib;
+  j["loader_images_per_s"] = loader_images_per_s;
+  j["precision"] = config.precision;
   j["losses"] = losses;
   j["last_loss"] = losses.empty() ? 0.0 : losses.back();
   j["config"] = config.to_json();
   return j;
 }
 
+namespace {
+
+void configure_device(const Device& device, const TrainConfig& config) {
+  if (device.is_cpu()) {
+    VITDDP_CHECK(config.precision == "fp32", "--precision ", config.precision,
+                 " needs a GPU; the CPU backend trains in fp32");
+    return;
+  }
+#if VITDDP_WITH_CUDA
+  cuda::set_device(device.index);
+  cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
+  VITDDP_CHECK(config.precision != "bf16", "--precision bf16 is not available yet (fp32 and tf32 are)");
+#endif
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
 RunResult run_training(const TrainConfig& config, std::ostream& out) {
   ResolvedRun run = resolve_run(config, out);
   const Device device = parse_device(run.device);
-  VITDDP_CHECK(device.is_cuda() || config.precision == "fp32", "--precision ", config.precision,
-               " needs a GPU; the CPU backend trains in fp32");
+  configure_device(device, config);
 
   VisionTransformer model(run.model, config.seed);
   NamedTensors params = model.named_parameters();
@@ -135,56 +162,76 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
           : make_adamw(arena, AdamWConfig{config.lr, 0.9, 0.999, 1e-8, config.weight_decay});
 
-  std::unique_ptr<Dataset> dataset = make_dataset(config, run.model, 1);
-  SamplerOptions sampler_options;
-  sampler_options.dataset_size = dataset->size();
-  sampler_options.seed = config.seed;
-  DataLoader loader(*dataset, DistributedSampler(sampler_options), LoaderOptions{config.batch_size, config.workers, 4, false, 0, {}});
+  const bool generate_on_gpu = config.data == "gpu";
+  std::unique_ptr<Dataset> dataset;
+  std::unique_ptr<DistributedSampler> sampler;
+  if (!generate_on_gpu) {
+    dataset = make_dataset(config, run.model, 1);
+    SamplerOptions sampler_options;
+    sampler_options.dataset_size = dataset->size();
+    sampler_options.seed = config.seed;
+    sampler = std::make_unique<DistributedSampler>(sampler_options);
+  }
+  BatchSourceOptions source_options;
+  source_options.device = device;
+  source_options.batch_size = config.batch_size;
+  source_options.workers = config.workers;
+  source_options.seed = config.seed;
+  source_options.generate_on_gpu = generate_on_gpu;
+  source_options.image_shape = {run.model.in_channels, run.model.image_size, run.model.image_size};
+  source_options.num_classes = run.model.num_classes;
+  std::unique_ptr<BatchSource> batches = make_batch_source(dataset.get(), sampler.get(), source_options);
 
   RunResult result;
   result.device = run.device;
   result.model = run.model;
-  result.parameters = arena.numel() > 0 ? run.model.parameter_count() : 0;
+  result.parameters = run.model.parameter_count();
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device
-      << ", batch " << config.batch_size << ", " << config.warmup << " warm-up + " << config.steps << " steps, "
-      << optimizer->name() << " lr " << config.lr << "\n";
+      << ", batch " << config.batch_size << ", " << config.precision << ", " << config.warmup << " warm-up + "
+      << config.steps << " steps, " << optimizer->name() << " lr " << config.lr << ", data " << config.data << "\n"
+      << std::flush;
 
   Allocator& allocator = allocator_for(device);
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point timed_start;
   const int64_t total = config.warmup + config.steps;
-  for (int64_t step = 0; step < total; ++step) {
-    if (step == config.warmup) {
-      allocator.reset_peak(device.index);
-      timed_start = Clock::now();
+  std::unique_ptr<StepClock> clock = make_step_clock(device, total);
+  // Reports step s once its loss is known; on the GPU that is one step later (see StepClock).
+  auto report = [&](int64_t s) {
+    double loss_value = clock->loss(s);
+    VITDDP_CHECK(std::isfinite(loss_value), "step ", s + 1, ": loss is ", loss_value);
+    result.losses.push_back(loss_value);
+    if (config.print_every > 0 && (s % config.print_every == 0 || s == total - 1)) {
+      double dt = clock->step_seconds(s, s)[0];
+      out << "step " << std::setw(4) << s + 1 << "/" << total << (s < config.warmup ? " (warm-up)" : "")
+          << "  loss " << std::fixed << std::setprecision(4) << loss_value << "  " << std::setprecision(1)
+          << config.batch_size / dt << " img/s  " << std::setprecision(2) << dt * 1e3 << " ms" << std::defaultfloat
+          << "\n"
+          << std::flush;
     }
-    Clock::time_point t0 = Clock::now();
-    Batch batch = loader.next();
-    Tensor images = batch.images.to(device);
-    Tensor labels = batch.labels.to(device);
+  };
+  for (int64_t step = 0; step < total; ++step) {
+    if (step == config.warmup) allocator.reset_peak(device.index);
+    Batch batch = batches->next();
     arena.zero_grad();
-    Tensor loss = cross_entropy(model.forward(images), labels);
+    Tensor loss = cross_entropy(model.forward(batch.images), batch.labels);
     loss.backward();
     optimizer->step();
-    double loss_value = loss.item();
-    VITDDP_CHECK(std::isfinite(loss_value), "step ", step, ": loss is ", loss_value);
-    result.losses.push_back(loss_value);
-    double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (config.print_every > 0 && (step % config.print_every == 0 || step == total - 1))
-      out << "step " << std::setw(4) << step + 1 << "/" << total << (step < config.warmup ? " (warm-up)" : "")
-          << "  loss " << std::fixed << std::setprecision(4) << loss_value << "  " << std::setprecision(1)
-          << config.batch_size / dt << " img/s" << std::defaultfloat << "\n"
-          << std::flush;
+    clock->end_step(step, loss);
+    if (step > 0) report(step - 1);
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - timed_start).count();
+  report(total - 1);
+
   result.steps = config.steps;
+  result.seconds = clock->span_seconds(config.warmup, total - 1);
   result.steps_per_s = config.steps / result.seconds;
   result.images_per_s = result.steps_per_s * config.batch_size;
+  result.median_step_ms = median(clock->step_seconds(config.warmup, total - 1)) * 1e3;
   result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);
+  result.loader_images_per_s = batches->loader_images_per_second();
 
-  out << "summary: " << run.model.name << " on " << run.device << ": " << std::setprecision(4)
-      << result.steps_per_s << " steps/s, " << result.images_per_s << " img/s, peak memory "
-      << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> " << result.losses.back() << "\n";
+  out << "summary: " << run.model.name << " on " << run.device << " (" << config.precision << "): " << std::setprecision(4)
+      << result.steps_per_s << " steps/s, " << result.images_per_s << " img/s, median step " << result.median_step_ms
+      << " ms, peak memory " << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> "
+      << result.losses.back() << "\n";
   if (!config.save.empty()) {
     write_safetensors(config.save, model.named_parameters());
     out << "saved weights to " << config.save << "\n";

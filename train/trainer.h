@@ -19,7 +19,9 @@ struct RunResult {
   double seconds = 0;                 // wall time of the timed steps
   double steps_per_s = 0;
   double images_per_s = 0;
-  double peak_memory_mib = 0;         // peak bytes on the training device
+  double median_step_ms = 0;          // median of the timed steps
+  double peak_memory_mib = 0;         // peak bytes allocated on the training device after warm-up
+  double loader_images_per_s = 0;     // what the data loader delivered (0 without a loader)
   std::vector<double> losses;         // every step, warm-up included
   nlohmann::json to_json(const TrainConfig& config) const;
 };

@@ -50,13 +50,14 @@ Allocator& allocator_for(Device device) {
 #endif
 }
 
-std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
-  void* data = nbytes ? allocator_for(device).allocate(nbytes, device.index) : nullptr;
-  return std::shared_ptr<Storage>(new Storage(data, nbytes, device));
+std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Allocator* allocator) {
+  if (!allocator) allocator = &allocator_for(device);
+  void* data = nbytes ? allocator->allocate(nbytes, device.index) : nullptr;
+  return std::shared_ptr<Storage>(new Storage(data, nbytes, device, allocator));
 }
 
 Storage::~Storage() {
-  if (data_) allocator_for(device_).deallocate(data_, nbytes_, device_.index);
+  if (data_) allocator_->deallocate(data_, nbytes_, device_.index);
 }
 
 }  // namespace vitddp

@@ -9,10 +9,13 @@
 
 namespace vitddp {
 
+class Allocator;
+
 class Storage {
  public:
-  // Zero bytes is allowed (empty tensors): data() is then null.
-  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  // Zero bytes is allowed (empty tensors): data() is then null. `allocator` defaults to the
+  // device's (allocator_for); pinned host memory passes its own.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device, Allocator* allocator = nullptr);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -22,10 +25,12 @@ class Storage {
   Device device() const { return device_; }
 
  private:
-  Storage(void* data, size_t nbytes, Device device) : data_(data), nbytes_(nbytes), device_(device) {}
+  Storage(void* data, size_t nbytes, Device device, Allocator* allocator)
+      : data_(data), nbytes_(nbytes), device_(device), allocator_(allocator) {}
   void* data_;
   size_t nbytes_;
   Device device_;
+  Allocator* allocator_;
 };
 
 }  // namespace vitddp

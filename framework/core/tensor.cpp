@@ -24,6 +24,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::empty_with(const Shape& shape, DType dtype, Allocator& allocator) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), Device::cpu(),
+                                    &allocator);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return empty(shape, dtype, device).fill_(0.0);
 }

@@ -19,6 +19,7 @@
 
 namespace vitddp {
 
+class Allocator;
 class Node;
 class Tensor;
 struct TensorImpl;
@@ -53,6 +54,8 @@ class Tensor {
 
   // ---- factories (no autograd history) ----
   static Tensor empty(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu());
+  // A CPU tensor whose memory comes from `allocator` (pinned host memory, for instance).
+  static Tensor empty_with(const Shape& shape, DType dtype, Allocator& allocator);
   static Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kF32,
                      Device device = Device::cpu());

@@ -74,14 +74,17 @@ void fill_tensor(const Tensor& dst, double value) {
 
 void memcpy_between(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;
-  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
-    CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes));
+  DeviceGuard guard(dst_device.is_cuda() ? dst_device.index : src_device.index);
+  cudaStream_t stream = current_stream();
+  if (dst_device.is_cuda() && src_device.is_cuda()) {
+    CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, stream));
     return;
   }
-  DeviceGuard guard(dst_device.is_cuda() ? dst_device.index : src_device.index);
-  // Synchronous: the host side may be pageable memory that the caller frees right after.
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+  // Ordered after the work already queued on the current stream. Host to device returns once
+  // the host bytes are read (staged for pageable memory), so the source may be freed at once;
+  // device to host is waited for, since the caller reads the bytes next.
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
+  if (dst_device.is_cpu()) CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace vitddp::cuda

@@ -10,7 +10,9 @@ namespace vitddp::cuda {
 // dst and src on the same CUDA device, same shape; dtype converted, any strides.
 void copy_tensor(const Tensor& dst, const Tensor& src);
 void fill_tensor(const Tensor& dst, double value);
-// Contiguous bytes between host and device or between devices; synchronous.
+// Contiguous bytes between host and device or between devices, on the current stream; a copy
+// to the host is complete on return. A copy from pinned host memory is asynchronous: the
+// source must stay alive until the stream has run it.
 void memcpy_between(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
 }  // namespace vitddp::cuda

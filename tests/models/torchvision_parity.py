@@ -46,7 +46,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("dump")
     p.add_argument("--rtol", type=float, default=1e-5)
+    p.add_argument("--device", default="cpu", help="where torchvision computes (fp32, TF32 off)")
     a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     tensors, meta = read_safetensors(a.dump)
     dims = {k: int(v) for k, v in meta.items()}
     model = VisionTransformer(image_size=dims["image_size"], patch_size=dims["patch_size"],
@@ -55,22 +58,23 @@ def main():
                               num_classes=dims["num_classes"])
     state = {k[len("param."):]: v for k, v in tensors.items() if k.startswith("param.")}
     model.load_state_dict(state, strict=True)
+    model = model.to(a.device)
     names = [n for n, _ in model.named_parameters()]
     ours = [k[len("param."):] for k in tensors if k.startswith("param.")]
     if sorted(names) != sorted(ours):
         print("parameter names differ", file=sys.stderr)
         return 1
     model.train()
-    loss = F.cross_entropy(model(tensors["images"]), tensors["labels"])
+    loss = F.cross_entropy(model(tensors["images"].to(a.device)), tensors["labels"].to(a.device))
     loss.backward()
     worst = 0.0
     failures = []
-    e = rel(loss.detach().reshape(1), tensors["loss"].reshape(1).to(torch.float32))
+    e = rel(loss.detach().cpu().reshape(1), tensors["loss"].reshape(1).to(torch.float32))
     print(f"loss torchvision {loss.item():.8f} vitddp {tensors['loss'].item():.8f} rel {e:.2e}")
     if not e <= a.rtol:
         failures.append(f"loss rel {e:.2e}")
     for name, param in model.named_parameters():
-        e = rel(tensors["grad." + name], param.grad)
+        e = rel(tensors["grad." + name], param.grad.cpu())
         worst = max(worst, e)
         if not e <= a.rtol:
             failures.append(f"grad {name} rel {e:.2e}")

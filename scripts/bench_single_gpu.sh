@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One-GPU benchmark: vitddp and the PyTorch reference (torch_ddp_vit.py) side by side in one
+# run, ViT-L/32, batch 32, synthetic data, for each precision. Writes one JSON line per run to
+# ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py).
+# Usage: scripts/bench_single_gpu.sh BUILD_DIR REFERENCE_SCRIPT [precisions...]
+set -uo pipefail
+build=${1:?build dir}
+reference=${2:?path to torch_ddp_vit.py}
+shift 2
+precisions=("$@")
+[ ${#precisions[@]} -eq 0 ] && precisions=(fp32 tf32)
+out=${OUT:-bench-out}
+mkdir -p "$out"
+results="$out/single_gpu.jsonl"
+: > "$results"
+export NCCL_NVLS_ENABLE=0
+for p in "${precisions[@]}"; do
+  for data in gpu synthetic; do
+    "$build/bin/train" --gpus 1 --precision "$p" --data "$data" --workers 8 --warmup 10 --steps 20 \
+      --print-every 0 --json 2>&1 | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "vitddp $p $data failed"
+  done
+  gpu_data="--gpu-data"
+  for extra in "$gpu_data" ""; do
+    python3 "$reference" --precision "$p" $extra --warmup 10 --steps 20 --workers 8 --tag "eager" 2>&1 \
+      | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "pytorch $p $extra failed"
+  done
+done
+python3 "$(dirname "$0")/bench_table.py" "$results"

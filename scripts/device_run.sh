@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Everything one GPU-machine call does: build (sm_90) with the carried header packages, run
+# the GPU tests and the CPU tests, then the one-GPU benchmark against PyTorch. Logs go to $OUT.
+# Run `bash scripts/fetch_device_deps.sh` here first and carry `.deps`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+python_bin=$(command -v python3)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_PREFIX_PATH="$PWD/.deps/root/usr" -DVITDDP_PYTHON="$python_bin" > "$OUT/configure.log" 2>&1 \
+  || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
+echo "build ok ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+(cd build-gpu && ctest -L gpu --output-on-failure > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
+grep -E "tests passed|FAILED|Failed|Passed|\(Failed\)" "$OUT/gpu_tests.log" | tail -25
+if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
+  (cd build-gpu && ctest -L cpu -j 8 --output-on-failure > "$OUT/cpu_tests.log" 2>&1); echo "cpu tests exit $?"
+  grep -E "tests passed|\(Failed\)" "$OUT/cpu_tests.log" | tail -10
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  OUT="$OUT" bash scripts/bench_single_gpu.sh build-gpu .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-fp32 tf32}
+fi

@@ -1,0 +1,64 @@
+// Golden test on the GPU: ViT-L/32 loss and every gradient, computed by vitddp's CUDA backend in
+// strict fp32, against torchvision on the same weights and batch (fp32, TF32 off), within 1e-4
+// relative. Needs python3 with torch and torchvision (VITDDP_PYTHON).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/gpu.h"
+#include "framework/cuda/context.h"
+#include "framework/io/safetensors.h"
+#include "framework/nn/param_arena.h"
+#include "framework/ops/cross_entropy.h"
+#include "models/vit/vit.h"
+
+namespace vitddp {
+namespace {
+
+TEST(TorchvisionParityGpu, VitL32Fp32LossAndEveryGradient) {
+  VITDDP_REQUIRE_GPU();
+  cuda::set_matmul_precision(cuda::MatmulPrecision::kFp32);
+  const VitConfig config = vit_config_by_name("vit_l_32");
+  VisionTransformer model(config, 21);
+  Generator gen(77);
+  // torchvision's init zeroes the head, which would zero most gradients: give it values.
+  NamedTensors params = model.named_parameters();
+  for (auto& [name, p] : params)
+    if (name.rfind("heads.head", 0) == 0 || name == "class_token") fill_normal(p, gen, 0.0, 0.02);
+  const int64_t batch = 8;
+  Tensor images = Tensor::empty({batch, 3, config.image_size, config.image_size});
+  fill_normal(images, gen, 0.0, 1.0);
+  std::vector<int64_t> label_values;
+  for (int64_t i = 0; i < batch; ++i) label_values.push_back(static_cast<int64_t>(gen.next_u64() % config.num_classes));
+  Tensor labels = Tensor::from_vector_i64(label_values, {batch});
+
+  ParamArena arena(params, Device::cuda(0));
+  Tensor loss = cross_entropy(model.forward(images.to(Device::cuda(0))), labels.to(Device::cuda(0)));
+  loss.backward();
+
+  NamedTensors dump{{"images", images}, {"labels", labels}, {"loss", loss.detach().to(Device::cpu()).view_as_shape({1})}};
+  for (auto& [name, p] : params) {
+    dump.emplace_back("param." + name, p.detach().to(Device::cpu()));
+    dump.emplace_back("grad." + name, p.grad().to(Device::cpu()));
+  }
+  std::map<std::string, std::string> meta{{"image_size", "224"}, {"patch_size", "32"}, {"num_layers", "24"},
+                                          {"num_heads", "16"},    {"hidden_dim", "1024"}, {"mlp_dim", "4096"},
+                                          {"num_classes", "1000"}};
+  std::string path = (std::filesystem::temp_directory_path() / "vitddp_parity_vit_l_32.safetensors").string();
+  write_safetensors(path, dump, meta);
+  dump.clear();
+  std::string cmd = std::string(VITDDP_PYTHON) + " " + VITDDP_SOURCE_DIR + "/tests/models/torchvision_parity.py " +
+                    path + " --rtol 1e-4 --device cuda 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, pipe)) out += buf;
+  int status = pclose(pipe);
+  std::filesystem::remove(path);
+  std::cout << out;
+  EXPECT_EQ(status, 0) << out;
+}
+
+}  // namespace
+}  // namespace vitddp

@@ -1,0 +1,84 @@
+#include "train/step_clock.h"
+
+#include <chrono>
+
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/check.h"
+#include "framework/cuda/host_memory.h"
+#include "framework/cuda/stream.h"
+#endif
+
+namespace vitddp {
+namespace {
+
+class WallClock final : public StepClock {
+ public:
+  explicit WallClock(int64_t total) : ends_(total + 1), losses_(total) { ends_[0] = Clock::now(); }
+  void end_step(int64_t step, const Tensor& loss) override {
+    losses_[step] = loss.item();
+    ends_[step + 1] = Clock::now();
+  }
+  double loss(int64_t step) override { return losses_[step]; }
+  std::vector<double> step_seconds(int64_t first, int64_t last) override {
+    std::vector<double> out;
+    for (int64_t s = first; s <= last; ++s) out.push_back(seconds(ends_[s], ends_[s + 1]));
+    return out;
+  }
+  double span_seconds(int64_t first, int64_t last) override { return seconds(ends_[first], ends_[last + 1]); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+  std::vector<Clock::time_point> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
+  std::vector<double> losses_;
+};
+
+#if VITDDP_WITH_CUDA
+class CudaEventClock final : public StepClock {
+ public:
+  explicit CudaEventClock(int64_t total)
+      : host_losses_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())) {
+    for (int64_t i = 0; i <= total; ++i) ends_.push_back(cuda::Event::create(/*timing=*/true));
+    ends_[0].record(cuda::current_stream());
+  }
+  void end_step(int64_t step, const Tensor& loss) override {
+    Tensor slot = host_losses_.as_strided({}, {}, step);
+    Tensor value = loss.dtype() == DType::kF32 ? loss : loss.to(DType::kF32);
+    // Pinned destination: an asynchronous copy, read after the step's event.
+    CUDA_CHECK(cudaMemcpyAsync(slot.data_ptr(), value.data_ptr(), sizeof(float), cudaMemcpyDeviceToHost,
+                               cuda::current_stream()));
+    ends_[step + 1].record(cuda::current_stream());
+  }
+  double loss(int64_t step) override {
+    ends_[step + 1].synchronize();
+    return host_losses_.data<float>()[step];
+  }
+  std::vector<double> step_seconds(int64_t first, int64_t last) override {
+    std::vector<double> out;
+    for (int64_t s = first; s <= last; ++s) {
+      ends_[s + 1].synchronize();
+      out.push_back(ends_[s + 1].elapsed_ms_since(ends_[s]) / 1e3);
+    }
+    return out;
+  }
+  double span_seconds(int64_t first, int64_t last) override {
+    ends_[last + 1].synchronize();
+    return ends_[last + 1].elapsed_ms_since(ends_[first]) / 1e3;
+  }
+
+ private:
+  std::vector<cuda::Event> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
+  Tensor host_losses_;             // (total) f32, pinned
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<StepClock> make_step_clock(Device device, int64_t total_steps) {
+#if VITDDP_WITH_CUDA
+  if (device.is_cuda()) return std::make_unique<CudaEventClock>(total_steps);
+#endif
+  return std::make_unique<WallClock>(total_steps);
+}
+
+}  // namespace vitddp

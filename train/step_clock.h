@@ -1,0 +1,29 @@
+// StepClock: per-step timing and loss read-back for the training loop. On the GPU it records
+// CUDA events on the compute stream and copies each loss to pinned host memory
+// asynchronously, so the host runs one step ahead of the device and never waits inside a step;
+// on the CPU it uses the wall clock and reads the loss at once.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "framework/core/tensor.h"
+
+namespace vitddp {
+
+class StepClock {
+ public:
+  virtual ~StepClock() = default;
+  // Call after the step's work (loss included) has been issued.
+  virtual void end_step(int64_t step, const Tensor& loss) = 0;
+  // Loss of `step` (waits for it on the GPU). Only for steps already ended.
+  virtual double loss(int64_t step) = 0;
+  // Seconds per step for steps [first, last] (GPU: between consecutive step ends), in order.
+  virtual std::vector<double> step_seconds(int64_t first, int64_t last) = 0;
+  // Seconds from the end of step first - 1 (or the start, for 0) to the end of step last.
+  virtual double span_seconds(int64_t first, int64_t last) = 0;
+};
+
+std::unique_ptr<StepClock> make_step_clock(Device device, int64_t total_steps);
+
+}  // namespace vitddp
