@@ -20,6 +20,10 @@ if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
   (cd build-gpu && ctest -L cpu -j 8 --output-on-failure > "$OUT/cpu_tests.log" 2>&1); echo "cpu tests exit $?"
   grep -E "tests passed|\(Failed\)" "$OUT/cpu_tests.log" | tail -10
 fi
+for p in ${BREAKDOWN_PRECISIONS:-fp32 bf16}; do
+  build-gpu/bin/train --gpus 1 --data gpu --precision "$p" --warmup 3 --steps 5 --print-every 0 --op-breakdown \
+    > "$OUT/breakdown_$p.log" 2>&1; echo "breakdown $p exit $?"; head -25 "$OUT/breakdown_$p.log" | grep -E "summary|ms "
+done
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   OUT="$OUT" bash scripts/bench_single_gpu.sh build-gpu .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-fp32 tf32}
 fi

@@ -50,6 +50,7 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"precision", &c.precision, "fp32, tf32 or bf16"},
       {"json", &c.json, "print one machine-readable JSON result line at the end"},
       {"print-every", &c.print_every, "print a progress line every N steps (0: never)"},
+      {"op-breakdown", &c.op_breakdown, "GPU: time one extra step op by op (CUDA events) and print where it goes"},
   };
 }
 

@@ -41,6 +41,7 @@ struct TrainConfig {
   // output
   bool json = false;
   int64_t print_every = 1;
+  bool op_breakdown = false;  // GPU: after the timed steps, one more step timed op by op
   std::string config_file;
 
   nlohmann::json to_json() const;

@@ -11,6 +11,7 @@
 #include "framework/core/allocator.h"
 #include "framework/io/safetensors.h"
 #include "framework/nn/param_arena.h"
+#include "framework/ops/cast.h"
 #include "framework/ops/cross_entropy.h"
 #include "framework/optim/optimizer.h"
 #include "train/batch_source.h"
@@ -19,6 +20,7 @@
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/context.h"
 #include "framework/cuda/device.h"
+#include "framework/cuda/op_profiler.h"
 #include "framework/cuda/stream.h"
 #endif
 
@@ -120,6 +122,7 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   j["peak_mem_mib"] = peak_memory_mib;
   j["loader_images_per_s"] = loader_images_per_s;
   j["precision"] = config.precision;
+  if (!op_breakdown.is_null()) j["op_breakdown"] = op_breakdown;
   j["losses"] = losses;
   j["last_loss"] = losses.empty() ? 0.0 : losses.back();
   j["config"] = config.to_json();
@@ -137,8 +140,36 @@ void configure_device(const Device& device, const TrainConfig& config) {
 #if VITDDP_WITH_CUDA
   cuda::set_device(device.index);
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
-  VITDDP_CHECK(config.precision != "bf16", "--precision bf16 is not available yet (fp32 and tf32 are)");
 #endif
+}
+
+// One more (untimed) step with the op profiler on; prints and returns time per op type.
+template <typename StepFn>
+nlohmann::json op_breakdown(const Device& device, StepFn&& step, std::ostream& out) {
+  nlohmann::json rows = nlohmann::json::array();
+  VITDDP_CHECK(device.is_cuda(), "--op-breakdown times CUDA kernels: it needs a GPU");
+#if VITDDP_WITH_CUDA
+  cuda::OpProfiler& profiler = cuda::OpProfiler::instance();
+  profiler.set_enabled(true);
+  step().item();
+  profiler.set_enabled(false);
+  std::vector<cuda::OpProfiler::Entry> entries = profiler.collect();
+  double total = 0;
+  for (const auto& e : entries) total += e.ms;
+  out << "op breakdown of one step (GPU time per op type, CUDA events; " << std::setprecision(4) << total
+      << " ms in ops):\n";
+  for (const auto& e : entries) {
+    out << "  " << std::left << std::setw(44) << e.name << std::right << std::setw(9) << std::fixed
+        << std::setprecision(3) << e.ms << " ms " << std::setw(6) << e.calls << " calls " << std::setw(6)
+        << std::setprecision(1) << 100.0 * e.ms / total << "%\n"
+        << std::defaultfloat;
+    rows.push_back({{"op", e.name}, {"ms", e.ms}, {"calls", e.calls}});
+  }
+#else
+  (void)step;
+  (void)out;
+#endif
+  return rows;
 }
 
 double median(std::vector<double> v) {
@@ -156,7 +187,9 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   VisionTransformer model(run.model, config.seed);
   NamedTensors params = model.named_parameters();
   if (!config.init_from.empty()) load_named_tensors(read_safetensors(config.init_from), params, config.init_from);
-  ParamArena arena(params, device);
+  // bf16: mixed precision with f32 master weights in the arena (see ParamArena).
+  const DType compute_dtype = config.precision == "bf16" ? DType::kBF16 : DType::kF32;
+  ParamArena arena(params, device, compute_dtype);
   std::unique_ptr<Optimizer> optimizer =
       config.optimizer == "sgd"
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
@@ -208,17 +241,24 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
           << std::flush;
     }
   };
-  for (int64_t step = 0; step < total; ++step) {
-    if (step == config.warmup) allocator.reset_peak(device.index);
+  auto train_step = [&] {
     Batch batch = batches->next();
     arena.zero_grad();
-    Tensor loss = cross_entropy(model.forward(batch.images), batch.labels);
+    Tensor logits = model.forward(batch.images.to(compute_dtype));
+    // The loss runs in f32 whatever the compute dtype, as autocast does.
+    Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
     loss.backward();
     optimizer->step();
+    return loss;
+  };
+  for (int64_t step = 0; step < total; ++step) {
+    if (step == config.warmup) allocator.reset_peak(device.index);
+    Tensor loss = train_step();
     clock->end_step(step, loss);
     if (step > 0) report(step - 1);
   }
   report(total - 1);
+  if (config.op_breakdown) result.op_breakdown = op_breakdown(device, train_step, out);
 
   result.steps = config.steps;
   result.seconds = clock->span_seconds(config.warmup, total - 1);
@@ -233,7 +273,7 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
       << " ms, peak memory " << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> "
       << result.losses.back() << "\n";
   if (!config.save.empty()) {
-    write_safetensors(config.save, model.named_parameters());
+    write_safetensors(config.save, arena.master_views());
     out << "saved weights to " << config.save << "\n";
   }
   return result;

@@ -23,6 +23,7 @@ struct RunResult {
   double peak_memory_mib = 0;         // peak bytes allocated on the training device after warm-up
   double loader_images_per_s = 0;     // what the data loader delivered (0 without a loader)
   std::vector<double> losses;         // every step, warm-up included
+  nlohmann::json op_breakdown;        // with --op-breakdown: [{op, ms, calls}], largest first
   nlohmann::json to_json(const TrainConfig& config) const;
 };
 

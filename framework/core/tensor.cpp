@@ -248,6 +248,11 @@ Tensor Tensor::view_as_shape(const Shape& new_shape) const {
 }
 
 void Tensor::rebind_storage(std::shared_ptr<Storage> new_storage, int64_t offset) {
+  rebind_storage(std::move(new_storage), offset, dtype());
+}
+
+void Tensor::rebind_storage(std::shared_ptr<Storage> new_storage, int64_t offset, DType new_dtype) {
+  impl().dtype = new_dtype;
   VITDDP_ASSERT(static_cast<size_t>(offset + numel()) * dtype_size(dtype()) <= new_storage->nbytes(),
                 "rebind_storage beyond the end of the new storage");
   impl().storage = std::move(new_storage);

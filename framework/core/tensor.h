@@ -104,8 +104,10 @@ class Tensor {
   Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
   Tensor view_as_shape(const Shape& shape) const;  // requires contiguous
   Tensor flatten_view() const { return view_as_shape({numel()}); }
-  // Makes this tensor alias (storage, offset) with its current shape; used by ParamArena.
+  // Makes this tensor alias (storage, offset) with its current shape, as `dtype` (default: its
+  // own); every handle to it sees the change. Used by ParamArena.
   void rebind_storage(std::shared_ptr<Storage> storage, int64_t offset);
+  void rebind_storage(std::shared_ptr<Storage> storage, int64_t offset, DType dtype);
 
   // ---- autograd ----
   bool requires_grad() const { return impl().autograd && impl().autograd->requires_grad; }

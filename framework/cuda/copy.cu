@@ -1,6 +1,7 @@
 #include "framework/cuda/copy.h"
 
 #include "framework/cuda/check.h"
+#include "framework/cuda/op_profiler.h"
 #include "framework/cuda/dispatch.cuh"
 #include "framework/cuda/stream.h"
 #include "framework/cuda/strided_index.cuh"
@@ -39,6 +40,7 @@ class DeviceGuard {
 }  // namespace
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
+  OpScope scope("copy");
   VITDDP_ASSERT(dst.device() == src.device() && dst.device().is_cuda() && dst.shape() == src.shape(),
                 "copy_tensor between ", src.description(), " and ", dst.description());
   const int64_t n = dst.numel();
@@ -61,6 +63,7 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_tensor(const Tensor& dst, double value) {
+  OpScope scope("fill");
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);

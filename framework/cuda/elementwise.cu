@@ -1,4 +1,5 @@
 #include "framework/cuda/check.h"
+#include "framework/cuda/op_profiler.h"
 #include "framework/cuda/dispatch.cuh"
 #include "framework/cuda/elementwise.h"
 #include "framework/cuda/kernel_utils.cuh"
@@ -32,26 +33,19 @@ __global__ void scale_kernel(const T* x, StridedIndex x_index, float factor, T* 
 
 // The index of `t` seen through out's shape: stride 0 along broadcast dims.
 StridedIndex broadcast_index(const Tensor& t, const Shape& out_shape) {
-  VITDDP_CHECK(out_shape.size() <= StridedIndex::kMaxDims, "CUDA kernels take at most ", StridedIndex::kMaxDims,
-               " dims, got ", shape_str(out_shape));
-  StridedIndex s;
-  s.rank = static_cast<int>(out_shape.size());
+  Shape strides(out_shape.size(), 0);
   const size_t lead = out_shape.size() - t.shape().size();
-  for (size_t d = 0; d < out_shape.size(); ++d) {
-    s.sizes[d] = out_shape[d];
-    if (d < lead) {
-      s.strides[d] = 0;
-    } else {
-      int64_t size = t.shape()[d - lead];
-      s.strides[d] = (size == 1 && out_shape[d] != 1) ? 0 : t.strides()[d - lead];
-    }
+  for (size_t d = lead; d < out_shape.size(); ++d) {
+    int64_t size = t.shape()[d - lead];
+    strides[d] = (size == 1 && out_shape[d] != 1) ? 0 : t.strides()[d - lead];
   }
-  return s;
+  return make_strided_index(out_shape, strides);
 }
 
 }  // namespace
 
 void add_inplace(const Tensor& dst, const Tensor& src, double alpha) {
+  OpScope scope("add_inplace");
   const int64_t n = dst.numel();
   if (n == 0) return;
   dispatch_cuda_dtype(dst.dtype(), [&](auto zero) {

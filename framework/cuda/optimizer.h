@@ -1,14 +1,28 @@
-// Fused optimizer updates over flat f32 buffers: one launch per step for every parameter.
+// Fused optimizer updates over flat buffers: one launch per step for every parameter. The
+// master weights are f32; gradients are f32 or 16-bit; with mixed precision the same pass
+// writes the 16-bit copy of the updated weights that the forward reads (`params16`).
 #pragma once
 
 #include <cstdint>
 
+#include "framework/core/dtype.h"
+
 namespace vitddp::cuda {
 
-// PyTorch SGD: d = g + wd p; buf = mu buf + d; p -= lr (mu > 0 ? buf : d).
-void sgd_step(float* params, const float* grads, float* momentum, int64_t n, float lr, float mu, float wd);
+struct FlatBuffers {
+  float* master = nullptr;     // (n) f32 weights, updated in place
+  const void* grads = nullptr; // (n) in grad_dtype
+  DType grad_dtype = DType::kF32;
+  void* params16 = nullptr;    // (n) in params16_dtype, or null without mixed precision
+  DType params16_dtype = DType::kBF16;
+  int64_t n = 0;
+};
+
+// PyTorch SGD: d = g + wd p; with a momentum buffer (may be null) buf = mu buf + d, d = buf;
+// p -= lr d.
+void sgd_step(const FlatBuffers& buffers, float* momentum, float lr, float mu, float wd);
 // PyTorch AdamW with bias corrections folded into step_size and inv_sqrt_bc2.
-void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, int64_t n, float decay,
-                float beta1, float beta2, float eps, float step_size, float inv_sqrt_bc2);
+void adamw_step(const FlatBuffers& buffers, float* exp_avg, float* exp_avg_sq, float decay, float beta1, float beta2,
+                float eps, float step_size, float inv_sqrt_bc2);
 
 }  // namespace vitddp::cuda

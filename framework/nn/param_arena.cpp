@@ -7,7 +7,10 @@ namespace vitddp {
 // head) sits at offset 0. Gradients become ready in roughly that order and DDP buckets are
 // filled in it (see Note [Bucket order] in distributed/bucketing.cpp), so each bucket is one
 // contiguous slice of the gradient buffer and needs no copy in or out.
-ParamArena::ParamArena(const NamedTensors& params, Device device) : params_(params), device_(device) {
+ParamArena::ParamArena(const NamedTensors& params, Device device, DType compute_dtype)
+    : params_(params), device_(device), compute_dtype_(compute_dtype) {
+  VITDDP_CHECK(compute_dtype == DType::kF32 || compute_dtype == DType::kBF16 || compute_dtype == DType::kF16,
+               "ParamArena: compute dtype must be f32, bf16 or f16, got ", dtype_name(compute_dtype));
   offsets_.resize(params.size());
   for (size_t k = params.size(); k-- > 0;) {
     const Tensor& p = params[k].second;
@@ -17,15 +20,27 @@ ParamArena::ParamArena(const NamedTensors& params, Device device) : params_(para
     // Keep each parameter 16-element (64-byte) aligned for vectorised kernels.
     numel_ += (p.numel() + 15) / 16 * 16;
   }
-  flat_params_ = Tensor::zeros({numel_}, DType::kF32, device);
-  flat_grads_ = Tensor::zeros({numel_}, DType::kF32, device);
+  flat_master_ = Tensor::zeros({numel_}, DType::kF32, device);
+  flat_params_ = mixed_precision() ? Tensor::zeros({numel_}, compute_dtype, device) : flat_master_;
+  flat_grads_ = Tensor::zeros({numel_}, compute_dtype, device);
   for (size_t k = 0; k < params.size(); ++k) {
     Tensor p = params[k].second;
-    Tensor slot = flat_params_.as_strided(p.shape(), contiguous_strides(p.shape()), offsets_[k]);
-    slot.copy_(p);
-    p.rebind_storage(flat_params_.storage(), offsets_[k]);
-    p.set_grad(flat_grads_.as_strided(p.shape(), contiguous_strides(p.shape()), offsets_[k]));
+    const Shape strides = contiguous_strides(p.shape());
+    flat_master_.as_strided(p.shape(), strides, offsets_[k]).copy_(p);
+    if (mixed_precision()) flat_params_.as_strided(p.shape(), strides, offsets_[k]).copy_(p);
+    p.autograd_meta().grad.reset();
+    p.rebind_storage(flat_params_.storage(), offsets_[k], compute_dtype);
+    p.set_grad(flat_grads_.as_strided(p.shape(), strides, offsets_[k]));
   }
+}
+
+NamedTensors ParamArena::master_views() const {
+  NamedTensors out;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Shape& shape = params_[k].second.shape();
+    out.emplace_back(params_[k].first, flat_master_.as_strided(shape, contiguous_strides(shape), offsets_[k]));
+  }
+  return out;
 }
 
 Tensor ParamArena::grad_slice(int64_t begin, int64_t end) const {

@@ -7,6 +7,9 @@
 
 #include "framework/core/dtype.h"
 #include "framework/core/error.h"
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/op_profiler.h"
+#endif
 
 namespace vitddp {
 
@@ -26,6 +29,7 @@ void on_device(Device device, const char* op, CpuFn&& cpu_fn, CudaFn&& cuda_fn) 
     return;
   }
 #if VITDDP_WITH_CUDA
+  cuda::OpScope scope(op);
   cuda_fn();
 #else
   (void)cuda_fn;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "framework/ops/attention.h"
+#include "framework/ops/cast.h"
 #include "framework/ops/cross_entropy.h"
 #include "framework/ops/dropout.h"
 #include "framework/ops/elementwise.h"

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "framework/core/error.h"
+#include "framework/optim/flat_buffers.h"
 #include "framework/optim/optimizer.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/optimizer.h"
@@ -27,8 +28,8 @@ class AdamW final : public Optimizer {
 
   void step() override {
     ++step_count_;
-    float* p = arena_.flat_params().data<float>();  // (numel)
-    const float* g = arena_.flat_grads().data<float>();
+    float* p = arena_.flat_master().data<float>();  // (numel)
+    const void* grads = arena_.flat_grads().data_ptr();
     float* m = exp_avg_.data<float>();
     float* v = exp_avg_sq_.data<float>();
     const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_count_));
@@ -40,10 +41,12 @@ class AdamW final : public Optimizer {
                 eps = static_cast<float>(config_.eps);
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::adamw_step(p, g, m, v, arena_.numel(), decay, b1, b2, eps, step_size, inv_sqrt_bc2);
+      cuda::adamw_step(flat_buffers(arena_), m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2);
       return;
 #endif
     }
+    VITDDP_CHECK(!arena_.mixed_precision(), "adamw: mixed precision needs a GPU");
+    const float* g = static_cast<const float*>(grads);
     for (int64_t i = 0; i < arena_.numel(); ++i) {
       p[i] *= decay;
       m[i] = b1 * m[i] + (1 - b1) * g[i];

@@ -1,6 +1,7 @@
 // SGD with momentum and weight decay over the arena's flat buffers: one loop on the CPU, one
 // fused launch on the GPU.
 #include "framework/core/error.h"
+#include "framework/optim/flat_buffers.h"
 #include "framework/optim/optimizer.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/optimizer.h"
@@ -17,38 +18,46 @@ class Sgd final : public Optimizer {
                  config.momentum);
     VITDDP_CHECK(config.weight_decay >= 0, "sgd: weight decay must be >= 0, got ", config.weight_decay);
     lr_ = config.lr;
-    momentum_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
+    // Plain SGD keeps no state: no buffer, no memory.
+    if (config.momentum > 0) momentum_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
   }
   std::string name() const override { return "sgd"; }
-  NamedTensors state() const override { return {{"momentum_buffer", momentum_}}; }
+  NamedTensors state() const override {
+    if (!momentum_.defined()) return {};
+    return {{"momentum_buffer", momentum_}};
+  }
 
   void step() override {
-    float* p = arena_.flat_params().data<float>();  // (numel)
-    const float* g = arena_.flat_grads().data<float>();
-    float* buf = momentum_.data<float>();
+    float* p = arena_.flat_master().data<float>();  // (numel)
+    const void* grads = arena_.flat_grads().data_ptr();
+    float* buf = momentum_.defined() ? momentum_.data<float>() : nullptr;
     const float lr = static_cast<float>(lr_), mu = static_cast<float>(config_.momentum),
                 wd = static_cast<float>(config_.weight_decay);
     const int64_t n = arena_.numel();
     ++step_count_;
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::sgd_step(p, g, buf, n, lr, mu, wd);
+      cuda::sgd_step(flat_buffers(arena_), buf, lr, mu, wd);
       return;
 #endif
     }
+    VITDDP_CHECK(!arena_.mixed_precision(), "sgd: mixed precision needs a GPU");
+    const float* g = static_cast<const float*>(grads);
     for (int64_t i = 0; i < n; ++i) {
       float d = g[i] + wd * p[i];
-      // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
-      float b = mu * buf[i] + d;
-      buf[i] = b;
-      p[i] -= lr * (mu > 0 ? b : d);
+      if (buf) {
+        // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
+        buf[i] = mu * buf[i] + d;
+        d = buf[i];
+      }
+      p[i] -= lr * d;
     }
   }
 
  private:
   ParamArena& arena_;
   SgdConfig config_;
-  Tensor momentum_;  // (numel) f32
+  Tensor momentum_;  // (numel) f32, only with momentum
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_utils.h"
+#include "framework/ops/cast.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/shape_ops.h"
 
@@ -113,6 +114,24 @@ TEST(Elementwise, BadInputsThrow) {
                           {"mul", "i64[2]"}));
   EXPECT_TRUE(throws_with([&] { scale(Tensor::zeros({2}, DType::kI64), 2.0); }, {"scale", "i64[2]"}));
   EXPECT_TRUE(throws_with([&] { add(a, Tensor()); }, {"add", "undefined"}));
+}
+
+}  // namespace
+}  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+TEST(Cast, ForwardConvertsAndBackwardConvertsBack) {
+  Generator gen(31);
+  Tensor x = testing::random_tensor({3, 4}, gen, DType::kF64).set_requires_grad(true);
+  Tensor y = cast(x, DType::kF32);
+  EXPECT_EQ(y.dtype(), DType::kF32);
+  EXPECT_LT(testing::relative_error(y, x), 1e-7);
+  EXPECT_TRUE(cast(x, DType::kF64).same_impl(x));
+  EXPECT_TRUE(testing::gradcheck([](const std::vector<Tensor>& in) { return cast(cast(in[0], DType::kF32), DType::kF64); },
+                                 {x}, 1e-3, 1e-4, 1e-3));
+  EXPECT_EQ(x.grad().dtype(), DType::kF64);
 }
 
 }  // namespace
