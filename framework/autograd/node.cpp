@@ -19,6 +19,45 @@ const Tensor& Node::saved(size_t i) const {
   return saved_[i];
 }
 
+// Note [Gradients in place]
+// Weight gradients would otherwise be computed into fresh tensors and then added into the
+// arena's gradient buffer: an extra pass over every gradient and a transient copy of it. A
+// backward that can accumulate (a GEMM with beta = 1, a reduction that adds) writes straight
+// into the leaf's buffer instead. This keeps AccumulateGrad's meaning (the buffer holds the
+// running sum, zeroed by the arena between steps) and its hook timing: the engine still runs
+// AccumulateGrad after every producer of the leaf's gradient, on the same stream.
+Tensor Node::grad_destination(size_t i) const {
+  if (!needs_input_grad(i)) return Tensor();
+  auto* acc = dynamic_cast<AccumulateGrad*>(next_edges[i].fn.get());
+  if (!acc) return Tensor();
+  Tensor grad = acc->leaf().grad();
+  if (!grad.defined() || !grad.is_contiguous()) return Tensor();
+  return grad;
+}
+
+Node::WeightGrads Node::weight_grads(const std::vector<std::pair<size_t, Shape>>& inputs, DType dtype,
+                                     Device device) const {
+  WeightGrads out{std::vector<Tensor>(inputs.size()), GradWrite::kAccumulate};
+  bool any = false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const auto& [index, shape] = inputs[k];
+    if (!needs_input_grad(index)) continue;
+    any = true;
+    Tensor dest = grad_destination(index);
+    if (!dest.defined() || dest.dtype() != dtype || dest.device() != device || dest.numel() != shape_numel(shape)) {
+      out.mode = GradWrite::kOverwrite;
+      break;
+    }
+    out.tensors[k] = dest.view_as_shape(shape);
+  }
+  if (!any || out.mode == GradWrite::kOverwrite) {
+    out.mode = GradWrite::kOverwrite;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      out.tensors[k] = needs_input_grad(inputs[k].first) ? Tensor::empty(inputs[k].second, dtype, device) : Tensor();
+  }
+  return out;
+}
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   Tensor leaf(leaf_);
   AutogradMeta& meta = leaf.autograd_meta();

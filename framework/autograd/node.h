@@ -14,6 +14,9 @@ namespace vitddp {
 
 class Node;
 
+// How a kernel writes a gradient output: overwrite it, or add to what it holds.
+enum class GradWrite { kOverwrite, kAccumulate };
+
 struct Edge {
   std::shared_ptr<Node> fn;
   int input_nr = 0;
@@ -33,6 +36,21 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::string name() const = 0;
 
   bool needs_input_grad(size_t i) const { return i < next_edges.size() && next_edges[i].valid(); }
+  // When input i is a leaf that already owns a contiguous gradient buffer (a ParamArena view),
+  // returns that buffer: a backward may accumulate into it directly and return an undefined
+  // gradient for i; AccumulateGrad then only fires the hooks. See Note [Gradients in place].
+  Tensor grad_destination(size_t i) const;
+
+  // Gradient outputs for the weight-like inputs `inputs` (index, shape the kernel writes): the
+  // leaves' own buffers when every needed one has one (mode kAccumulate), else fresh tensors
+  // (kOverwrite). Entries for inputs that need no gradient are undefined.
+  struct WeightGrads {
+    std::vector<Tensor> tensors;
+    GradWrite mode;
+    // What apply() returns for entry k: nothing when written in place.
+    Tensor returned(size_t k) const { return mode == GradWrite::kAccumulate ? Tensor() : tensors[k]; }
+  };
+  WeightGrads weight_grads(const std::vector<std::pair<size_t, Shape>>& inputs, DType dtype, Device device) const;
   uint64_t sequence_nr() const { return sequence_nr_; }
   // Ready nodes run highest priority first; AccumulateGrad overrides it to run at once.
   virtual uint64_t priority() const { return sequence_nr_; }

@@ -41,7 +41,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db, GradWrite weight_grads) {
   dispatch_float(x.dtype(), "layer_norm backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t D = w.numel();
@@ -77,10 +77,11 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
         dxr[i] = static_cast<T>(rs * (static_cast<double>(gr[i]) * wp[i] - mean_g - xhat * mean_gx));
       }
     }
+    const bool add = weight_grads == GradWrite::kAccumulate;
     if (dw.defined())
-      for (int64_t i = 0; i < D; ++i) dw.data<T>()[i] = static_cast<T>(dw_acc[i]);
+      for (int64_t i = 0; i < D; ++i) dw.data<T>()[i] = static_cast<T>(dw_acc[i] + (add ? dw.data<T>()[i] : T(0)));
     if (db.defined())
-      for (int64_t i = 0; i < D; ++i) db.data<T>()[i] = static_cast<T>(db_acc[i]);
+      for (int64_t i = 0; i < D; ++i) db.data<T>()[i] = static_cast<T>(db_acc[i] + (add ? db.data<T>()[i] : T(0)));
   });
 }
 

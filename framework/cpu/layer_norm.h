@@ -2,6 +2,7 @@
 // computed in double with two passes (mean, then centred sum of squares).
 #pragma once
 
+#include "framework/autograd/node.h"
 #include "framework/core/tensor.h"
 
 namespace vitddp::cpu {
@@ -11,6 +12,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
                         const Tensor& mean, const Tensor& rstd);
 // Gradients for x, weight and bias; each output may be undefined (skipped); dw, db overwritten.
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db);
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+    GradWrite weight_grads = GradWrite::kOverwrite);
 
 }  // namespace vitddp::cpu

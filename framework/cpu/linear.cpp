@@ -19,7 +19,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                     const Tensor& db) {
+                     const Tensor& db, GradWrite weight_grads) {
   dispatch_float(x.dtype(), "linear backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t N = w.size(0), K = w.size(1);
@@ -29,11 +29,20 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
       MatMap<T> DX(dx.data<T>(), M, K);
       DX.noalias() = DY * ConstMatMap<T>(w.data<T>(), N, K);
     }
+    const bool add = weight_grads == GradWrite::kAccumulate;
     if (dw.defined()) {
       MatMap<T> DW(dw.data<T>(), N, K);
-      DW.noalias() = DY.transpose() * ConstMatMap<T>(x.data<T>(), M, K);
+      if (add)
+        DW.noalias() += DY.transpose() * ConstMatMap<T>(x.data<T>(), M, K);
+      else
+        DW.noalias() = DY.transpose() * ConstMatMap<T>(x.data<T>(), M, K);
     }
-    if (db.defined()) VecMap<T>(db.data<T>(), N).noalias() = DY.colwise().sum().transpose();
+    if (db.defined()) {
+      if (add)
+        VecMap<T>(db.data<T>(), N).noalias() += DY.colwise().sum().transpose();
+      else
+        VecMap<T>(db.data<T>(), N).noalias() = DY.colwise().sum().transpose();
+    }
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "framework/autograd/node.h"
 #include "framework/core/tensor.h"
 
 namespace vitddp::cpu {
@@ -13,7 +14,8 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
 // dx = dy @ w, dw = dy^T @ x, db = column sums of dy; each output may be undefined (skipped).
 // dw and db are overwritten, not accumulated.
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                     const Tensor& db);
+                     const Tensor& db,
+    GradWrite weight_grads = GradWrite::kOverwrite);
 
 // c[i] (M, N) = a[i] (M, K) @ b[i] (K, N) for i < batch; with b_shared, b is one (K, N) matrix.
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K,

@@ -62,7 +62,7 @@ __global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, 
 // dw[c] = sum_r dy * xhat, db[c] = sum_r dy; block (32, 8) over 32 columns, fixed order.
 template <typename T>
 __global__ void layer_norm_dwdb_kernel(const T* x, const float* mean, const float* rstd, const T* dy, T* dw, T* db,
-                                       int64_t rows, int64_t d) {
+                                       int64_t rows, int64_t d, bool accumulate) {
   __shared__ float pw[8][33], pb[8][33];
   const int64_t col = blockIdx.x * 32 + threadIdx.x;
   float aw = 0.0f, ab = 0.0f;
@@ -82,8 +82,8 @@ __global__ void layer_norm_dwdb_kernel(const T* x, const float* mean, const floa
       tw += pw[y][threadIdx.x];
       tb += pb[y][threadIdx.x];
     }
-    if (dw) dw[col] = from_f<T>(tw);
-    if (db) db[col] = from_f<T>(tb);
+    if (dw) dw[col] = from_f<T>(accumulate ? to_f(dw[col]) + tw : tw);
+    if (db) db[col] = from_f<T>(accumulate ? to_f(db[col]) + tb : tb);
   }
 }
 
@@ -104,7 +104,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
-                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                         const Tensor& dx, const Tensor& dw, const Tensor& db, GradWrite weight_grads) {
   const int64_t d = x.size(-1), rows = x.numel() / d;
   dispatch_floating(x.dtype(), "layer_norm backward", [&](auto zero) {
     using T = decltype(zero);
@@ -117,7 +117,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
     if (dw.defined() || db.defined()) {
       layer_norm_dwdb_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
           x.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dw.defined() ? dw.data<T>() : nullptr,
-          db.defined() ? db.data<T>() : nullptr, rows, d);
+          db.defined() ? db.data<T>() : nullptr, rows, d, weight_grads == GradWrite::kAccumulate);
       CUDA_CHECK_LAUNCH();
     }
   });

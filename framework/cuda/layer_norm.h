@@ -2,6 +2,7 @@
 // stream. Same contract as cpu/layer_norm.h: mean and rstd (rows) are outputs of forward.
 #pragma once
 
+#include "framework/autograd/node.h"
 #include "framework/core/tensor.h"
 
 namespace vitddp::cuda {
@@ -9,6 +10,7 @@ namespace vitddp::cuda {
 void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db);
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+    GradWrite weight_grads = GradWrite::kOverwrite);
 
 }  // namespace vitddp::cuda

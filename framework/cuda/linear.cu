@@ -30,7 +30,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw,
-                     const Tensor& db) {
+                     const Tensor& db, GradWrite weight_grads) {
   const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
   if (dx.defined()) {  // dX (M, K) = dY (M, N) W (N, K)  ->  col-major dX^T = W^T dY^T
     GemmArgs g;
@@ -59,9 +59,11 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
     g.c = dw.data_ptr();
     g.ldc = k;
     g.dtype = x.dtype();
+    if (weight_grads == GradWrite::kAccumulate) g.beta = 1.0f;
     gemm(g, current_stream());
   }
-  if (db.defined()) sum_rows(dy.data_ptr(), dy.dtype(), m, n, db.data_ptr());
+  if (db.defined())
+    sum_rows(dy.data_ptr(), dy.dtype(), m, n, db.data_ptr(), weight_grads == GradWrite::kAccumulate);
 }
 
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K, int64_t N,

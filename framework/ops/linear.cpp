@@ -23,13 +23,13 @@ class LinearBackward final : public Node {
     const Tensor& x = saved(0);
     const Tensor& w = saved(1);
     Tensor dy = grads[0].to(x.dtype()).contiguous();
-    Tensor dx, dw, db;
+    Tensor dx;
     if (needs_input_grad(0)) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (needs_input_grad(1)) dw = Tensor::empty(w.shape(), w.dtype(), w.device());
-    if (needs_input_grad(2)) db = Tensor::empty({w.size(0)}, w.dtype(), w.device());
-    on_device(x.device(), "linear backward", [&] { cpu::linear_backward(x, w, dy, dx, dw, db); },
-              [&] { cuda::linear_backward(x, w, dy, dx, dw, db); });
-    return {dx, dw, db};
+    WeightGrads wg = weight_grads({{1, w.shape()}, {2, {w.size(0)}}}, w.dtype(), w.device());
+    const Tensor &dw = wg.tensors[0], &db = wg.tensors[1];
+    on_device(x.device(), "linear backward", [&] { cpu::linear_backward(x, w, dy, dx, dw, db, wg.mode); },
+              [&] { cuda::linear_backward(x, w, dy, dx, dw, db, wg.mode); });
+    return {dx, wg.returned(0), wg.returned(1)};
   }
 };
 

@@ -31,25 +31,26 @@ class PatchEmbedBackward final : public Node {
     const Tensor& patches = saved(0);
     const Tensor& w = saved(1);
     Tensor dy = grads[0].to(w.dtype()).contiguous();
-    Tensor dpatches, dw, db, dimages;
+    Tensor dpatches, dimages;
     if (needs_input_grad(0)) {
       dpatches = Tensor::empty(patches.shape(), w.dtype(), w.device());
       dimages = Tensor::empty(image_shape_, w.dtype(), w.device());
     }
-    if (needs_input_grad(1)) dw = Tensor::empty(w.shape(), w.dtype(), w.device());
-    if (needs_input_grad(2)) db = Tensor::empty({w.size(0)}, w.dtype(), w.device());
+    WeightGrads wg = weight_grads({{1, w.shape()}, {2, {w.size(0)}}}, w.dtype(), w.device());
+    const Tensor &dw = wg.tensors[0], &db = wg.tensors[1];
     on_device(
         w.device(), "patch_embed backward",
         [&] {
-          cpu::linear_backward(patches, w, dy, dpatches, dw, db);
+          cpu::linear_backward(patches, w, dy, dpatches, dw, db, wg.mode);
           if (dimages.defined()) cpu::unpatchify(dpatches, patch_, dimages);
         },
         [&] {
-          cuda::linear_backward(patches, w, dy, dpatches, dw, db);
+          cuda::linear_backward(patches, w, dy, dpatches, dw, db, wg.mode);
           if (dimages.defined()) cuda::unpatchify(dpatches, patch_, dimages);
         });
-    if (dw.defined()) dw = dw.view_as_shape(weight_shape_);
-    return {dimages, dw, db};
+    Tensor dw_out = wg.returned(0);
+    if (dw_out.defined()) dw_out = dw_out.view_as_shape(weight_shape_);
+    return {dimages, dw_out, wg.returned(1)};
   }
 
  private:
