@@ -14,8 +14,9 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
   || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "build ok ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
-(cd build-gpu && ctest -L gpu --output-on-failure > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
-grep -E "tests passed|FAILED|Failed|Passed|\(Failed\)" "$OUT/gpu_tests.log" | tail -25
+(cd build-gpu && ctest -L gpu -V > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
+grep -E "loss torchvision|gradients compared" "$OUT/gpu_tests.log"
+grep -E "tests passed|\(Failed\)|FAILED" "$OUT/gpu_tests.log" | tail -15
 if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
   (cd build-gpu && ctest -L cpu -j 8 --output-on-failure > "$OUT/cpu_tests.log" 2>&1); echo "cpu tests exit $?"
   grep -E "tests passed|\(Failed\)" "$OUT/cpu_tests.log" | tail -10

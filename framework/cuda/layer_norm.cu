@@ -59,15 +59,18 @@ __global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, 
   }
 }
 
-// dw[c] = sum_r dy * xhat, db[c] = sum_r dy; block (32, 8) over 32 columns, fixed order.
+// dw[c] = sum_r dy * xhat, db[c] = sum_r dy in two deterministic stages (see reduce.cu's
+// column sums): blocks of (32 columns x 8 row lanes) over chunks of rows write partials
+// (2, chunks, d); one thread per column then adds the chunks in order.
 template <typename T>
-__global__ void layer_norm_dwdb_kernel(const T* x, const float* mean, const float* rstd, const T* dy, T* dw, T* db,
-                                       int64_t rows, int64_t d, bool accumulate) {
+__global__ void layer_norm_dwdb_partials_kernel(const T* x, const float* mean, const float* rstd, const T* dy,
+                                                int64_t rows, int64_t d, int64_t rows_per_chunk, float* partials) {
   __shared__ float pw[8][33], pb[8][33];
   const int64_t col = blockIdx.x * 32 + threadIdx.x;
+  const int64_t begin = blockIdx.y * rows_per_chunk, end = min(rows, begin + rows_per_chunk);
   float aw = 0.0f, ab = 0.0f;
   if (col < d) {
-    for (int64_t r = threadIdx.y; r < rows; r += 8) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
       float g = to_f(dy[r * d + col]);
       aw += g * (to_f(x[r * d + col]) - mean[r]) * rstd[r];
       ab += g;
@@ -81,6 +84,20 @@ __global__ void layer_norm_dwdb_kernel(const T* x, const float* mean, const floa
     for (int y = 0; y < 8; ++y) {
       tw += pw[y][threadIdx.x];
       tb += pb[y][threadIdx.x];
+    }
+    partials[blockIdx.y * d + col] = tw;
+    partials[(gridDim.y + blockIdx.y) * d + col] = tb;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_dwdb_finish_kernel(const float* partials, int64_t chunks, int64_t d, T* dw, T* db,
+                                              bool accumulate) {
+  VITDDP_GRID_STRIDE_LOOP(col, d) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      tw += partials[c * d + col];
+      tb += partials[(chunks + c) * d + col];
     }
     if (dw) dw[col] = from_f<T>(accumulate ? to_f(dw[col]) + tw : tw);
     if (db) db[col] = from_f<T>(accumulate ? to_f(db[col]) + tb : tb);
@@ -115,9 +132,17 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
       CUDA_CHECK_LAUNCH();
     }
     if (dw.defined() || db.defined()) {
-      layer_norm_dwdb_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
-          x.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dw.defined() ? dw.data<T>() : nullptr,
-          db.defined() ? db.data<T>() : nullptr, rows, d, weight_grads == GradWrite::kAccumulate);
+      const int64_t col_blocks = (d + 31) / 32;
+      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, 512 / col_blocks), (rows + 31) / 32));
+      const int64_t per_chunk = (rows + chunks - 1) / chunks;
+      Tensor partials = Tensor::empty({2, chunks, d}, DType::kF32, x.device());
+      dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
+      layer_norm_dwdb_partials_kernel<T><<<grid, dim3(32, 8), 0, current_stream()>>>(
+          x.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), rows, d, per_chunk, partials.data<float>());
+      CUDA_CHECK_LAUNCH();
+      layer_norm_dwdb_finish_kernel<T><<<grid_for(d), kThreads, 0, current_stream()>>>(
+          partials.data<float>(), chunks, d, dw.defined() ? dw.data<T>() : nullptr, db.defined() ? db.data<T>() : nullptr,
+          weight_grads == GradWrite::kAccumulate);
       CUDA_CHECK_LAUNCH();
     }
   });

@@ -39,19 +39,32 @@ __global__ void sum_to_shape_kernel(const T* x, StridedIndex kept, StridedIndex 
   }
 }
 
-// Block (32, 8): 32 columns per block, 8 row lanes striding over rows, then a shared reduction.
+// Column sums in two deterministic stages, so tall matrices use the whole GPU: blocks of
+// (32 columns x 8 row lanes) each sum one chunk of rows into partials (chunks, cols); then one
+// thread per column adds the chunks in order.
 template <typename T>
-__global__ void sum_rows_kernel(const T* x, int64_t rows, int64_t cols, T* out, bool accumulate) {
+__global__ void column_partials_kernel(const T* x, int64_t rows, int64_t cols, int64_t rows_per_chunk,
+                                       float* partials) {
   __shared__ float partial[8][33];
   const int64_t col = blockIdx.x * 32 + threadIdx.x;
+  const int64_t begin = blockIdx.y * rows_per_chunk, end = min(rows, begin + rows_per_chunk);
   float acc = 0.0f;
   if (col < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 8) acc += to_f(x[r * cols + col]);
+    for (int64_t r = begin + threadIdx.y; r < end; r += 8) acc += to_f(x[r * cols + col]);
   partial[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     float total = 0.0f;
     for (int y = 0; y < 8; ++y) total += partial[y][threadIdx.x];
+    partials[blockIdx.y * cols + col] = total;
+  }
+}
+
+template <typename T>
+__global__ void column_finish_kernel(const float* partials, int64_t chunks, int64_t cols, T* out, bool accumulate) {
+  VITDDP_GRID_STRIDE_LOOP(col, cols) {
+    float total = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) total += partials[c * cols + col];
     out[col] = from_f<T>(accumulate ? to_f(out[col]) + total : total);
   }
 }
@@ -97,12 +110,25 @@ void sum_to_shape(const Tensor& x, const Tensor& out) {
   });
 }
 
+int64_t column_chunks(int64_t rows, int64_t cols) {
+  // Enough blocks to fill the GPU (about 4 per SM on 132 SMs), chunks of at least 32 rows.
+  int64_t col_blocks = (cols + 31) / 32;
+  int64_t want = std::max<int64_t>(1, 512 / col_blocks);
+  return std::max<int64_t>(1, std::min<int64_t>(want, (rows + 31) / 32));
+}
+
 void sum_rows(const void* x, DType dtype, int64_t rows, int64_t cols, void* out, bool accumulate) {
+  if (cols == 0) return;
+  const int64_t chunks = column_chunks(rows, cols), per_chunk = (rows + chunks - 1) / chunks;
+  Tensor partials = Tensor::empty({chunks, cols}, DType::kF32, Device::cuda(current_device()));
   dispatch_floating(dtype, "sum_rows", [&](auto zero) {
     using T = decltype(zero);
-    dim3 block(32, 8);
-    sum_rows_kernel<T><<<static_cast<unsigned>((cols + 31) / 32), block, 0, current_stream()>>>(
-        static_cast<const T*>(x), rows, cols, static_cast<T*>(out), accumulate);
+    dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(chunks));
+    column_partials_kernel<T><<<grid, dim3(32, 8), 0, current_stream()>>>(static_cast<const T*>(x), rows, cols,
+                                                                           per_chunk, partials.data<float>());
+    CUDA_CHECK_LAUNCH();
+    column_finish_kernel<T><<<grid_for(cols), kThreads, 0, current_stream()>>>(partials.data<float>(), chunks, cols,
+                                                                               static_cast<T*>(out), accumulate);
     CUDA_CHECK_LAUNCH();
   });
 }

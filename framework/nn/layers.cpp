@@ -41,12 +41,8 @@ MultiheadAttention::MultiheadAttention(int64_t dim, int64_t num_heads) : dim_(di
 
 Tensor MultiheadAttention::forward(const Tensor& x) const {
   check_tensor(x.dim() == 3 && x.size(2) == dim_, "MultiheadAttention", "(B, N, D) with D matching", x);
-  const int64_t b = x.size(0), n = x.size(1), hd = dim_ / num_heads_;
-  Tensor qkv = linear(x, in_proj_weight_, in_proj_bias_);                  // (B, N, 3D)
-  qkv = permute(reshape(qkv, {b, n, 3, num_heads_, hd}), {2, 0, 3, 1, 4});  // (3, B, H, N, hd)
-  Tensor o = scaled_dot_product_attention(select(qkv, 0, 0), select(qkv, 0, 1), select(qkv, 0, 2));
-  o = reshape(permute(o, {0, 2, 1, 3}), {b, n, dim_});  // (B, N, D)
-  return out_proj_->forward(o);
+  Tensor qkv = linear(x, in_proj_weight_, in_proj_bias_);  // (B, N, 3D)
+  return out_proj_->forward(multi_head_attention(qkv, num_heads_));
 }
 
 Mlp::Mlp(int64_t dim, int64_t hidden, double dropout, Generator* dropout_gen)

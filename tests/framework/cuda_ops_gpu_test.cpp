@@ -138,3 +138,18 @@ TEST(CudaTensor, CopiesConversionsAndPeakMemory) {
 
 }  // namespace
 }  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// The fused kernels (ViT-L/32's 50 tokens x 64 dims, and odd small shapes) and the composed
+// fallback (too large for shared memory) against the CPU's composed form.
+TEST_P(CudaOps, MultiHeadAttentionFusedAndFallback) {
+  for (auto [n, heads, hd] : {std::tuple<int64_t, int64_t, int64_t>{50, 4, 64}, {5, 3, 4}, {33, 2, 24}, {160, 2, 128}}) {
+    auto fn = [heads = heads](const std::vector<Tensor>& t) { return multi_head_attention(t[0], heads); };
+    EXPECT_TRUE(matches(fn, {input({3, n, 3 * heads * hd}, gen_, true, -2, 2)})) << n << " " << heads << " " << hd;
+  }
+}
+
+}  // namespace
+}  // namespace vitddp

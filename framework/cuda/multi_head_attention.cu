@@ -1,0 +1,171 @@
+#include "framework/cuda/check.h"
+#include "framework/cuda/kernel_utils.cuh"
+#include "framework/cuda/multi_head_attention.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr size_t kMaxSharedBytes = 160 * 1024;
+
+// Shared-memory tiles are padded by one column so row-wise and column-wise walks avoid bank
+// conflicts. Layout: kTiles tiles of (N, hd + 1), then kProbTiles tiles of (N, N + 1).
+size_t shared_bytes(int64_t n, int64_t hd, int tiles, int prob_tiles) {
+  return sizeof(float) * (tiles * n * (hd + 1) + prob_tiles * n * (n + 1));
+}
+
+template <typename T>
+__device__ void load_head(const T* qkv, int64_t b, int64_t h, int64_t n, int64_t hd, int64_t dim, int which,
+                          float* tile) {
+  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
+    int64_t i = idx / hd, d = idx % hd;
+    tile[i * (hd + 1) + d] = to_f(qkv[(b * n + i) * 3 * dim + which * dim + h * hd + d]);
+  }
+}
+
+// p = softmax(scale * q k^T), row by row, one warp per row.
+__device__ void attention_probs(const float* q, const float* k, float* p, int64_t n, int64_t hd, float scale) {
+  for (int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    int64_t i = idx / n, j = idx % n;
+    float s = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) s += q[i * (hd + 1) + d] * k[j * (hd + 1) + d];
+    p[i * (n + 1) + j] = s * scale;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t i = warp; i < n; i += warps) {
+    float* row = p + i * (n + 1);
+    float m = -INFINITY;
+    for (int64_t j = lane; j < n; j += 32) m = fmaxf(m, row[j]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < n; j += 32) {
+      float e = expf(row[j] - m);
+      row[j] = e;
+      sum += e;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int64_t j = lane; j < n; j += 32) row[j] *= inv;
+  }
+  __syncthreads();
+}
+
+template <typename T>
+__global__ void mha_forward_kernel(const T* qkv, T* out, int64_t n, int64_t heads, int64_t hd, float scale) {
+  extern __shared__ float smem[];
+  const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = heads * hd;
+  float* q = smem;
+  float* k = q + n * (hd + 1);
+  float* v = k + n * (hd + 1);
+  float* p = v + n * (hd + 1);  // (N, N + 1)
+  load_head(qkv, b, h, n, hd, dim, 0, q);
+  load_head(qkv, b, h, n, hd, dim, 1, k);
+  load_head(qkv, b, h, n, hd, dim, 2, v);
+  __syncthreads();
+  attention_probs(q, k, p, n, hd, scale);
+  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
+    int64_t i = idx / hd, d = idx % hd;
+    float o = 0.0f;
+    for (int64_t j = 0; j < n; ++j) o += p[i * (n + 1) + j] * v[j * (hd + 1) + d];
+    out[(b * n + i) * dim + h * hd + d] = from_f<T>(o);
+  }
+}
+
+template <typename T>
+__global__ void mha_backward_kernel(const T* qkv, const T* dout, T* dqkv, int64_t n, int64_t heads, int64_t hd,
+                                    float scale) {
+  extern __shared__ float smem[];
+  const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = heads * hd;
+  const int64_t tile = n * (hd + 1);
+  float* q = smem;
+  float* k = q + tile;
+  float* v = k + tile;
+  float* dO = v + tile;
+  float* p = dO + tile;         // (N, N + 1) probabilities
+  float* ds = p + n * (n + 1);  // (N, N + 1) dP, then dS
+  load_head(qkv, b, h, n, hd, dim, 0, q);
+  load_head(qkv, b, h, n, hd, dim, 1, k);
+  load_head(qkv, b, h, n, hd, dim, 2, v);
+  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
+    int64_t i = idx / hd, d = idx % hd;
+    dO[i * (hd + 1) + d] = to_f(dout[(b * n + i) * dim + h * hd + d]);
+  }
+  __syncthreads();
+  attention_probs(q, k, p, n, hd, scale);
+  T* dq_out = dqkv;
+  // dV (N, hd) = P^T dO; dP (N, N) = dO V^T.
+  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
+    int64_t j = idx / hd, d = idx % hd;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; ++i) acc += p[i * (n + 1) + j] * dO[i * (hd + 1) + d];
+    dq_out[(b * n + j) * 3 * dim + 2 * dim + h * hd + d] = from_f<T>(acc);
+  }
+  for (int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    int64_t i = idx / n, j = idx % n;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) acc += dO[i * (hd + 1) + d] * v[j * (hd + 1) + d];
+    ds[i * (n + 1) + j] = acc;
+  }
+  __syncthreads();
+  // dS = scale * P * (dP - rowsum(dP * P)), one warp per row.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t i = warp; i < n; i += warps) {
+    float r = 0.0f;
+    for (int64_t j = lane; j < n; j += 32) r += ds[i * (n + 1) + j] * p[i * (n + 1) + j];
+    r = warp_sum(r);
+    for (int64_t j = lane; j < n; j += 32) ds[i * (n + 1) + j] = scale * p[i * (n + 1) + j] * (ds[i * (n + 1) + j] - r);
+  }
+  __syncthreads();
+  // dQ (N, hd) = dS K; dK (N, hd) = dS^T Q.
+  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
+    int64_t i = idx / hd, d = idx % hd;
+    float dq = 0.0f, dk = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      dq += ds[i * (n + 1) + j] * k[j * (hd + 1) + d];
+      dk += ds[j * (n + 1) + i] * q[j * (hd + 1) + d];
+    }
+    dq_out[(b * n + i) * 3 * dim + h * hd + d] = from_f<T>(dq);
+    dq_out[(b * n + i) * 3 * dim + dim + h * hd + d] = from_f<T>(dk);
+  }
+}
+
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+bool fused_attention_fits(int64_t seq_len, int64_t head_dim) {
+  return seq_len > 0 && head_dim > 0 && shared_bytes(seq_len, head_dim, 4, 2) <= kMaxSharedBytes;
+}
+
+void mha_forward(const Tensor& qkv, int64_t num_heads, const Tensor& out) {
+  const int64_t b = qkv.size(0), n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
+  const size_t bytes = shared_bytes(n, hd, 3, 1);
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  dispatch_floating(qkv.dtype(), "multi_head_attention", [&](auto zero) {
+    using T = decltype(zero);
+    allow_shared(mha_forward_kernel<T>, bytes);
+    mha_forward_kernel<T><<<static_cast<unsigned>(b * num_heads), kBlock, bytes, current_stream()>>>(
+        qkv.data<T>(), out.data<T>(), n, num_heads, hd, scale);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void mha_backward(const Tensor& qkv, const Tensor& dout, int64_t num_heads, const Tensor& dqkv) {
+  const int64_t b = qkv.size(0), n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
+  const size_t bytes = shared_bytes(n, hd, 4, 2);
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  dispatch_floating(qkv.dtype(), "multi_head_attention backward", [&](auto zero) {
+    using T = decltype(zero);
+    allow_shared(mha_backward_kernel<T>, bytes);
+    mha_backward_kernel<T><<<static_cast<unsigned>(b * num_heads), kBlock, bytes, current_stream()>>>(
+        qkv.data<T>(), dout.data<T>(), dqkv.data<T>(), n, num_heads, hd, scale);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace vitddp::cuda

@@ -1,0 +1,19 @@
+// Fused multi-head self-attention on packed qkv (B, N, 3D): one thread block per (batch, head)
+// holds that head's q, k, v (and dO) in shared memory, so head split, head merge and the
+// attention probabilities never touch device memory; backward recomputes the probabilities.
+#pragma once
+
+#include <cstdint>
+
+#include "framework/core/tensor.h"
+
+namespace vitddp::cuda {
+
+// Whether the fused kernels take this shape (shared memory bound).
+bool fused_attention_fits(int64_t seq_len, int64_t head_dim);
+// out (B, N, D) from qkv (B, N, 3D), contiguous, f32/bf16/f16.
+void mha_forward(const Tensor& qkv, int64_t num_heads, const Tensor& out);
+// dqkv (B, N, 3D) from qkv and dout (B, N, D); every element of dqkv is written.
+void mha_backward(const Tensor& qkv, const Tensor& dout, int64_t num_heads, const Tensor& dqkv);
+
+}  // namespace vitddp::cuda
