@@ -13,7 +13,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
   -DCMAKE_PREFIX_PATH="$PWD/.deps/root/usr" -DVITDDP_PYTHON="$python_bin" > "$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
-echo "build ok ($(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+echo "build ok (commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 (cd build-gpu && ctest -L gpu -V > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
 grep -E "loss torchvision|gradients compared" "$OUT/gpu_tests.log"
 grep -E "tests passed|\(Failed\)|FAILED" "$OUT/gpu_tests.log" | tail -15

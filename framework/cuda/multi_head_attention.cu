@@ -24,14 +24,62 @@ __device__ void load_head(const T* qkv, int64_t b, int64_t h, int64_t n, int64_t
   }
 }
 
+// Register tiling: each thread computes kStrip outputs that share one operand, so shared-memory
+// loads per multiply-add drop from 2 to (1 + kStrip) / kStrip. Strip members are `stride` apart
+// (not adjacent) so the threads of a warp read consecutive, conflict-free rows.
+constexpr int kStrip = 4;
+
+// out[i][j] = scale * sum_d a[i][d] b[j][d] for i, j < n; a, b are (n, hd + 1) tiles, out is
+// (n, n + 1).
+__device__ void row_dot_products(const float* a, const float* b, float* out, int64_t n, int64_t hd, float scale) {
+  const int64_t stride = (n + kStrip - 1) / kStrip;
+  for (int64_t idx = threadIdx.x; idx < n * stride; idx += blockDim.x) {
+    const int64_t i = idx / stride, j0 = idx % stride;
+    float acc[kStrip] = {};
+    for (int64_t d = 0; d < hd; ++d) {
+      const float av = a[i * (hd + 1) + d];
+#pragma unroll
+      for (int c = 0; c < kStrip; ++c) {
+        const int64_t j = j0 + c * stride;
+        if (j < n) acc[c] += av * b[j * (hd + 1) + d];
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kStrip; ++c) {
+      const int64_t j = j0 + c * stride;
+      if (j < n) out[i * (n + 1) + j] = acc[c] * scale;
+    }
+  }
+}
+
+// For d < hd and rows r < n: result[r][d] = sum_j m(r, j) t[j][d], with m read from an
+// (n, n + 1) tile either as m[r][j] (transposed = false) or m[j][r] (transposed = true).
+// Calls store(r, d, value) for each result.
+template <bool kTransposed, typename Store>
+__device__ void tile_products(const float* m, const float* t, int64_t n, int64_t hd, Store&& store) {
+  const int64_t stride = (n + kStrip - 1) / kStrip;
+  for (int64_t idx = threadIdx.x; idx < stride * hd; idx += blockDim.x) {
+    const int64_t r0 = idx / hd, d = idx % hd;
+    float acc[kStrip] = {};
+    for (int64_t j = 0; j < n; ++j) {
+      const float tv = t[j * (hd + 1) + d];
+#pragma unroll
+      for (int c = 0; c < kStrip; ++c) {
+        const int64_t r = r0 + c * stride;
+        if (r < n) acc[c] += (kTransposed ? m[j * (n + 1) + r] : m[r * (n + 1) + j]) * tv;
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kStrip; ++c) {
+      const int64_t r = r0 + c * stride;
+      if (r < n) store(r, d, acc[c]);
+    }
+  }
+}
+
 // p = softmax(scale * q k^T), row by row, one warp per row.
 __device__ void attention_probs(const float* q, const float* k, float* p, int64_t n, int64_t hd, float scale) {
-  for (int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    int64_t i = idx / n, j = idx % n;
-    float s = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) s += q[i * (hd + 1) + d] * k[j * (hd + 1) + d];
-    p[i * (n + 1) + j] = s * scale;
-  }
+  row_dot_products(q, k, p, n, hd, scale);
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int64_t i = warp; i < n; i += warps) {
@@ -64,12 +112,9 @@ __global__ void mha_forward_kernel(const T* qkv, T* out, int64_t n, int64_t head
   load_head(qkv, b, h, n, hd, dim, 2, v);
   __syncthreads();
   attention_probs(q, k, p, n, hd, scale);
-  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
-    int64_t i = idx / hd, d = idx % hd;
-    float o = 0.0f;
-    for (int64_t j = 0; j < n; ++j) o += p[i * (n + 1) + j] * v[j * (hd + 1) + d];
+  tile_products<false>(p, v, n, hd, [&](int64_t i, int64_t d, float o) {  // O = P V
     out[(b * n + i) * dim + h * hd + d] = from_f<T>(o);
-  }
+  });
 }
 
 template <typename T>
@@ -95,18 +140,10 @@ __global__ void mha_backward_kernel(const T* qkv, const T* dout, T* dqkv, int64_
   attention_probs(q, k, p, n, hd, scale);
   T* dq_out = dqkv;
   // dV (N, hd) = P^T dO; dP (N, N) = dO V^T.
-  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
-    int64_t j = idx / hd, d = idx % hd;
-    float acc = 0.0f;
-    for (int64_t i = 0; i < n; ++i) acc += p[i * (n + 1) + j] * dO[i * (hd + 1) + d];
+  tile_products<true>(p, dO, n, hd, [&](int64_t j, int64_t d, float acc) {  // dV = P^T dO
     dq_out[(b * n + j) * 3 * dim + 2 * dim + h * hd + d] = from_f<T>(acc);
-  }
-  for (int64_t idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    int64_t i = idx / n, j = idx % n;
-    float acc = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) acc += dO[i * (hd + 1) + d] * v[j * (hd + 1) + d];
-    ds[i * (n + 1) + j] = acc;
-  }
+  });
+  row_dot_products(dO, v, ds, n, hd, 1.0f);  // dP = dO V^T
   __syncthreads();
   // dS = scale * P * (dP - rowsum(dP * P)), one warp per row.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -118,16 +155,12 @@ __global__ void mha_backward_kernel(const T* qkv, const T* dout, T* dqkv, int64_
   }
   __syncthreads();
   // dQ (N, hd) = dS K; dK (N, hd) = dS^T Q.
-  for (int64_t idx = threadIdx.x; idx < n * hd; idx += blockDim.x) {
-    int64_t i = idx / hd, d = idx % hd;
-    float dq = 0.0f, dk = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
-      dq += ds[i * (n + 1) + j] * k[j * (hd + 1) + d];
-      dk += ds[j * (n + 1) + i] * q[j * (hd + 1) + d];
-    }
-    dq_out[(b * n + i) * 3 * dim + h * hd + d] = from_f<T>(dq);
-    dq_out[(b * n + i) * 3 * dim + dim + h * hd + d] = from_f<T>(dk);
-  }
+  tile_products<false>(ds, k, n, hd, [&](int64_t i, int64_t d, float acc) {  // dQ = dS K
+    dq_out[(b * n + i) * 3 * dim + h * hd + d] = from_f<T>(acc);
+  });
+  tile_products<true>(ds, q, n, hd, [&](int64_t i, int64_t d, float acc) {  // dK = dS^T Q
+    dq_out[(b * n + i) * 3 * dim + dim + h * hd + d] = from_f<T>(acc);
+  });
 }
 
 template <typename Kernel>
