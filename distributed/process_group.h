@@ -1,0 +1,64 @@
+// ProcessGroup: the collectives DDP needs, over one group of ranks, with two backends: NCCL
+// for CUDA tensors (on its own communication stream) and Gloo for CPU tensors (so the whole DDP
+// path runs in CI across real processes over loopback). Collectives are asynchronous and
+// return a Work handle; every rank must issue the same collectives in the same order.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "framework/core/tensor.h"
+
+namespace vitddp {
+
+enum class ReduceOp { kSum, kAvg };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Waits for the collective. NCCL: makes the caller's current stream wait for the
+  // communication stream (the host does not block); Gloo: blocks until the result is in place.
+  // Throws (ErrorKind::kPeer / kTimeout) when the collective failed or exceeded the timeout.
+  virtual void wait() = 0;
+  // True once the result is in place (never blocks).
+  virtual bool done() = 0;
+};
+
+struct ProcessGroupOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string rendezvous;  // a folder all ranks share (file store)
+  std::chrono::milliseconds timeout{300000};
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend() const = 0;
+
+  // In place on a contiguous tensor of the group's device kind.
+  virtual std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
+  // out: (world, *in.shape()), contiguous; out[r] = rank r's `in`.
+  virtual std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) = 0;
+  virtual void barrier() = 0;
+
+ protected:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+
+ private:
+  int rank_;
+  int size_;
+};
+
+// Gloo over TCP on loopback (or the host's interface), rendezvous through the file store.
+// Throws when this build has no Gloo.
+std::unique_ptr<ProcessGroup> make_gloo_process_group(const ProcessGroupOptions& options);
+// NCCL on the current CUDA device; the unique id travels through the file store.
+// Throws when this build has no NCCL.
+std::unique_ptr<ProcessGroup> make_nccl_process_group(const ProcessGroupOptions& options);
+
+}  // namespace vitddp
