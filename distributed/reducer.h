@@ -1,0 +1,85 @@
+// Reducer: gradient buckets all-reduced while backward runs. See Note [Reducer flow] in
+// reducer.cpp. It knows parameters only as (index, tensor, name) and the gradient layout as
+// offsets into one flat buffer; it never sees a model (STYLE practice 6).
+//
+//   prepare_for_backward()  before each backward: every parameter pending
+//   mark_ready(i)            from parameter i's gradient-ready hook
+//   finalize()               after backward: unused parameters, wait for every bucket
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/comm_hook.h"
+#include "distributed/process_group.h"
+#include "framework/core/tensor.h"
+
+namespace vitddp {
+
+struct ReducerParam {
+  std::string name;
+  Tensor tensor;          // the leaf; its .grad is a view of `flat_grads` at `offset`
+  int64_t offset = 0;     // element offset of its gradient in the flat buffer
+};
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25u << 20;       // --bucket-mb (PyTorch's default 25 MB)
+  size_t first_bucket_cap_bytes = 1u << 20;  // a small first bucket starts communication early
+  bool find_unused_parameters = false;
+  bool grad_as_bucket_view = true;  // buckets are slices of the gradient buffer: no copies
+};
+
+struct BucketInfo {
+  std::vector<size_t> params;  // parameter indices in bucket order
+  int64_t numel = 0;
+  size_t bytes = 0;
+  bool is_view = false;        // a slice of the flat gradient buffer (else copied in and out)
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGroup& group, std::unique_ptr<CommHook> hook,
+          const ReducerOptions& options);
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void prepare_for_backward();
+  void mark_ready(size_t param);
+  void finalize();
+
+  // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.
+  void set_sync(bool sync) { sync_ = sync; }
+  const std::vector<BucketInfo>& buckets() const { return buckets_; }
+  const CommHook& hook() const { return *hook_; }
+  // Order in which parameters became ready in the last backward (for tests and rebuilds).
+  const std::vector<size_t>& ready_order() const { return ready_order_; }
+
+ private:
+  struct Bucket {
+    BucketInfo info;
+    GradBucket view;           // what the hook gets
+    size_t pending = 0;        // parameters not yet ready in this backward
+    std::shared_ptr<Work> work;
+  };
+  void launch_ready_buckets();
+  void launch(Bucket& bucket);
+  void copy_out(Bucket& bucket);
+
+  std::vector<ReducerParam> params_;
+  Tensor flat_grads_;
+  ProcessGroup& group_;
+  std::unique_ptr<CommHook> hook_;
+  ReducerOptions options_;
+  std::vector<BucketInfo> buckets_;
+  std::vector<Bucket> state_;
+  std::vector<size_t> bucket_of_;        // parameter -> bucket index
+  std::vector<bool> ready_;              // per parameter, this backward
+  std::vector<size_t> ready_order_;
+  size_t next_bucket_ = 0;               // buckets launch strictly in index order
+  bool sync_ = true;
+  bool in_backward_ = false;
+};
+
+}  // namespace vitddp

@@ -1,0 +1,159 @@
+// The reducer against a fake process group that records collectives and pretends a second
+// rank contributed twice our gradient (so the average is 1.5x ours): buckets, index-order
+// launches during backward, views vs copies, unused parameters.
+#include <gtest/gtest.h>
+
+#include "common/test_utils.h"
+#include "distributed/reducer.h"
+#include "framework/nn/param_arena.h"
+#include "framework/ops/cross_entropy.h"
+#include "framework/ops/linear.h"
+#include "models/vit/vit.h"
+
+namespace vitddp {
+namespace {
+
+class DoneWork final : public Work {
+ public:
+  void wait() override {}
+  bool done() override { return true; }
+};
+
+// World of 2 where the other rank's tensor is always 2x ours.
+class FakeGroup final : public ProcessGroup {
+ public:
+  FakeGroup() : ProcessGroup(0, 2) {}
+  std::string backend() const override { return "fake"; }
+  std::shared_ptr<Work> allreduce(const Tensor& t, ReduceOp op) override {
+    calls.push_back(t.numel());
+    add_inplace_scaled(t, op == ReduceOp::kAvg ? 1.5 : 3.0);
+    return std::make_shared<DoneWork>();
+  }
+  std::shared_ptr<Work> broadcast(const Tensor&, int) override { return std::make_shared<DoneWork>(); }
+  std::shared_ptr<Work> allgather(const Tensor&, const Tensor&) override { return std::make_shared<DoneWork>(); }
+  void barrier() override {}
+  std::vector<int64_t> calls;
+
+ private:
+  static void add_inplace_scaled(const Tensor& t, double factor) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * factor);
+  }
+};
+
+struct DdpFixture {
+  VisionTransformer model{vit_config_by_name("vit_tiny"), 4};
+  NamedTensors params = model.named_parameters();
+  ParamArena arena{params, Device::cpu()};
+  FakeGroup group;
+  std::unique_ptr<Reducer> reducer;
+
+  explicit DdpFixture(ReducerOptions options) {
+    Generator gen(1);
+    for (auto& [name, p] : params) fill_uniform(p, gen, -0.2, 0.2);  // a non-zero head: every gradient flows
+    std::vector<ReducerParam> rp;
+    for (size_t i = 0; i < params.size(); ++i)
+      rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+    reducer = std::make_unique<Reducer>(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].second.register_grad_ready_hook([this, i](const Tensor&) { reducer->mark_ready(i); });
+  }
+  Tensor loss() {
+    Generator gen(2);
+    Tensor images = testing::random_tensor({2, 3, 32, 32}, gen, DType::kF32);
+    return cross_entropy(model.forward(images), Tensor::from_vector_i64({1, 7}, {2}));
+  }
+};
+
+std::vector<std::vector<double>> grads_of(const NamedTensors& params) {
+  std::vector<std::vector<double>> out;
+  for (auto& [name, p] : params) out.push_back(p.grad().to_vector());
+  return out;
+}
+
+TEST(Reducer, AveragesEveryGradientInBucketOrderDuringBackward) {
+  for (bool view : {true, false}) {
+    ReducerOptions options;
+    options.bucket_cap_bytes = 40000;
+    options.first_bucket_cap_bytes = 5000;
+    options.grad_as_bucket_view = view;
+    DdpFixture s(options);
+    // Reference gradients without communication.
+    s.arena.zero_grad();
+    s.reducer->set_sync(false);
+    s.loss().backward();
+    s.reducer->set_sync(true);
+    auto plain = grads_of(s.params);
+    s.arena.zero_grad();
+    // Bucket 0 must be launched before the backward ends: count launches at the first
+    // gradient of the earliest-registered parameter (class_token, ready last).
+    size_t launched_before_last = 0;
+    s.params[0].second.register_grad_ready_hook(
+        [&](const Tensor&) { launched_before_last = s.group.calls.size(); });
+    s.reducer->prepare_for_backward();
+    s.loss().backward();
+    s.reducer->finalize();
+    ASSERT_GE(s.reducer->buckets().size(), 3u);
+    EXPECT_EQ(s.group.calls.size(), s.reducer->buckets().size());
+    EXPECT_GE(launched_before_last, 1u) << "no bucket was launched before backward reached the first layer";
+    for (size_t b = 0; b < s.reducer->buckets().size(); ++b) {
+      EXPECT_EQ(s.group.calls[b], s.reducer->buckets()[b].numel) << "bucket " << b << " out of order";
+      EXPECT_EQ(s.reducer->buckets()[b].is_view, view);
+    }
+    auto reduced = grads_of(s.params);
+    for (size_t i = 0; i < plain.size(); ++i)
+      for (size_t k = 0; k < plain[i].size(); ++k)
+        ASSERT_NEAR(reduced[i][k], 1.5 * plain[i][k], 1e-6 + 1e-5 * std::abs(plain[i][k])) << s.params[i].first;
+  }
+}
+
+TEST(Reducer, BucketsFollowReverseRegistrationOrderAndCaps) {
+  ReducerOptions options;
+  options.bucket_cap_bytes = 40000;
+  options.first_bucket_cap_bytes = 5000;
+  DdpFixture s(options);
+  const auto& buckets = s.reducer->buckets();
+  EXPECT_EQ(buckets.front().params.front(), s.params.size() - 1);  // the head's bias first
+  EXPECT_EQ(buckets.back().params.back(), 0u);                     // class_token last
+  EXPECT_LE(buckets.front().bytes, 5000u + 4 * 64 * 10);
+  size_t expected = s.params.size();
+  for (const auto& b : buckets)
+    for (size_t i : b.params) EXPECT_EQ(i, --expected);
+}
+
+TEST(Reducer, UnusedParameterIsAnErrorNamingItUnlessAsked) {
+  ReducerOptions options;
+  DdpFixture s(options);
+  s.reducer->prepare_for_backward();
+  // A backward that only reaches the head: every other parameter is unused.
+  Generator gen(3);
+  Tensor x = testing::random_tensor({2, 64}, gen, DType::kF32);
+  NamedTensors& p = s.params;
+  Tensor w = p[p.size() - 2].second, b = p[p.size() - 1].second;
+  cross_entropy(linear(x, w, b), Tensor::from_vector_i64({0, 1}, {2})).backward();
+  EXPECT_TRUE(testing::throws_with([&] { s.reducer->finalize(); },
+                                   {"received no gradient", "class_token", "--find-unused-parameters"}));
+
+  ReducerOptions find;
+  find.find_unused_parameters = true;
+  DdpFixture t(find);
+  t.arena.zero_grad();
+  t.reducer->prepare_for_backward();
+  Tensor w2 = t.params[t.params.size() - 2].second, b2 = t.params.back().second;
+  cross_entropy(linear(x, w2, b2), Tensor::from_vector_i64({0, 1}, {2})).backward();
+  t.reducer->finalize();
+  EXPECT_EQ(t.group.calls.size(), t.reducer->buckets().size());
+  for (double g : t.params[0].second.grad().to_vector()) EXPECT_EQ(g, 0.0);
+}
+
+TEST(Reducer, NoSyncStepsCommunicateNothing) {
+  DdpFixture s(ReducerOptions{});
+  s.reducer->set_sync(false);
+  s.reducer->prepare_for_backward();
+  s.loss().backward();
+  s.reducer->finalize();
+  EXPECT_TRUE(s.group.calls.empty());
+}
+
+}  // namespace
+}  // namespace vitddp
