@@ -33,5 +33,7 @@ class CommHook {
 
 // Plain averaging all-reduce (ReduceOp::kAvg) in place on the bucket.
 std::unique_ptr<CommHook> make_allreduce_hook();
+// Divide by the world size, cast to fp16 or bf16, all-reduce, cast back into the bucket.
+std::unique_ptr<CommHook> make_cast_compress_hook(DType dtype);
 
 }  // namespace vitddp

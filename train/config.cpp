@@ -24,7 +24,18 @@ struct OptionSpec {
 std::vector<OptionSpec> option_table(TrainConfig& c) {
   return {
       {"device", &c.device, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
-      {"gpus", &c.gpus, "number of GPUs to train on"},
+      {"gpus", &c.gpus, "number of GPUs to train on (one process each)"},
+      {"procs", &c.procs, "data-parallel training on this many CPU processes (Gloo)"},
+      {"bucket-mb", &c.bucket_mb, "gradient bucket size in MB (PyTorch's bucket_cap_mb)"},
+      {"first-bucket-mb", &c.first_bucket_mb, "size of the first (earliest-ready) bucket in MB"},
+      {"hook", &c.hook, "gradient communication: allreduce, fp16, bf16 or powersgd"},
+      {"powersgd-rank", &c.powersgd_rank, "PowerSGD matrix approximation rank"},
+      {"powersgd-start-iter", &c.powersgd_start_iter, "steps of plain all-reduce before PowerSGD compresses"},
+      {"grad-as-bucket-view", &c.grad_as_bucket_view, "gradients are views into the buckets (no copies)"},
+      {"static-graph", &c.static_graph, "the set of used parameters is the same every step"},
+      {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
+      {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
+      {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
       {"model", &c.model, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto"},
       {"image-size", &c.image_size, "override the model's image size"},
       {"patch-size", &c.patch_size, "override the model's patch size"},
@@ -146,6 +157,16 @@ nlohmann::json TrainConfig::to_json() const {
 
 void TrainConfig::validate() const {
   VITDDP_CHECK(gpus >= 0, "--gpus must be >= 0, got ", gpus);
+  VITDDP_CHECK(procs >= 0, "--procs must be >= 0, got ", procs);
+  VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
+  VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
+  VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
+  VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,
+               "' (allreduce, fp16, bf16, powersgd)");
+  VITDDP_CHECK(powersgd_rank >= 1, "--powersgd-rank must be >= 1, got ", powersgd_rank);
+  VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
+  VITDDP_CHECK(accumulate >= 1, "--accumulate must be >= 1, got ", accumulate);
+  VITDDP_CHECK(timeout > 0, "--timeout must be > 0 seconds, got ", timeout);
   for (auto [v, name] : {std::pair{image_size, "--image-size"}, {patch_size, "--patch-size"}, {layers, "--layers"},
                          {heads, "--heads"}, {hidden_dim, "--hidden-dim"}, {mlp_dim, "--mlp-dim"},
                          {classes, "--classes"}})

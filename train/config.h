@@ -17,7 +17,8 @@ namespace vitddp {
 struct TrainConfig {
   // where
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
-  int gpus = 0;                 // 0: not asked; N: train on N GPUs
+  int gpus = 0;                 // 0: not asked; N: train on N GPUs (one process each)
+  int procs = 0;                // 0: not asked; N: data-parallel on N CPU processes (Gloo)
   // model
   std::string model = "auto";   // auto: vit_l_32 on a GPU, vit_tiny on the CPU
   int64_t image_size = 0, patch_size = 0, layers = 0, heads = 0, hidden_dim = 0, mlp_dim = 0, classes = 0;
@@ -38,6 +39,17 @@ struct TrainConfig {
   double weight_decay = 0.0;
   uint64_t seed = 0;
   std::string precision = "fp32";  // fp32 | tf32 | bf16
+  // data parallelism
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  std::string hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_iter = 2;  // steps of plain all-reduce before compressing
+  bool grad_as_bucket_view = true;
+  bool static_graph = false;
+  bool find_unused_parameters = false;
+  int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
+  double timeout = 300.0;          // seconds a collective may take before the run is stopped
   // output
   bool json = false;
   int64_t print_every = 1;

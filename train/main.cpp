@@ -1,7 +1,10 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
 // stderr and a distinct exit code (train/exit_codes.h).
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
+#include "distributed/launcher.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
 #include "train/trainer.h"
@@ -11,11 +14,25 @@ int main(int argc, char** argv) {
   try {
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
-    RunResult result = run_training(config, std::cout);
-    if (config.json) std::cout << result.to_json(config).dump() << std::endl;
+    RankEnvironment env = read_rank_environment();
+    const int processes = std::max(config.gpus, config.procs);
+    if (!env.distributed && processes > 1) {
+      // The launcher: the same command line, once per rank. See distributed/launcher.h.
+      if (config.gpus > 1) resolve_run(config, env, std::cout);  // fail here, once, if the GPUs are missing
+      LaunchOptions launch;
+      launch.processes = processes;
+      launch.argv.assign(argv, argv + argc);
+      return launch_workers(launch, std::cerr);
+    }
+    if (env.distributed && processes > 0)
+      VITDDP_CHECK(env.world_size == processes, "--", config.gpus > 0 ? "gpus " : "procs ", processes,
+                   " but the launcher started ", env.world_size, " ranks (", env.source, " variables)");
+    RunResult result = run_training(config, env, std::cout);
+    if (config.json && env.rank == 0) std::cout << result.to_json(config).dump() << std::endl;
     return kExitOk;
   } catch (const Error& e) {
-    std::cerr << "train: error: " << e.what() << std::endl;
+    const char* rank = std::getenv("RANK");
+    std::cerr << "train: " << (rank ? std::string("rank ") + rank + ": " : "") << "error: " << e.what() << std::endl;
     return exit_code_for(e.kind());
   } catch (const std::bad_alloc&) {
     std::cerr << "train: error: out of host memory" << std::endl;

@@ -1,6 +1,10 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <cmath>
 #include <iomanip>
 #include <ostream>
@@ -14,7 +18,10 @@
 #include "framework/ops/cast.h"
 #include "framework/ops/cross_entropy.h"
 #include "framework/optim/optimizer.h"
+#include "framework/core/random.h"
+#include "framework/ops/elementwise.h"
 #include "train/batch_source.h"
+#include "train/ddp_wiring.h"
 #include "train/step_clock.h"
 #include "models/vit/vit.h"
 #if VITDDP_WITH_CUDA
@@ -82,16 +89,21 @@ std::unique_ptr<Dataset> make_dataset(const TrainConfig& c, const VitConfig& m, 
 
 }  // namespace
 
-ResolvedRun resolve_run(const TrainConfig& c, std::ostream& log) {
+ResolvedRun resolve_run(const TrainConfig& c, const RankEnvironment& env, std::ostream& log) {
   const int visible = visible_gpus();
   std::string device = c.device;
+  if (c.procs > 0) {
+    VITDDP_CHECK(c.device == "auto" || c.device == "cpu", "--procs ", c.procs, " trains on the CPU; it conflicts with --device ",
+                 c.device);
+    device = "cpu";
+  }
   if (c.gpus > 0) {
     VITDDP_CHECK(c.device == "auto" || c.device.rfind("cuda", 0) == 0, "--gpus ", c.gpus,
                  " conflicts with --device ", c.device);
     VITDDP_CHECK(c.gpus <= visible, "--gpus ", c.gpus, " asked for but ", visible, " GPU(s) visible: ",
                  describe_visible_gpus());
-    VITDDP_CHECK(c.gpus == 1, "--gpus ", c.gpus, ": multi-GPU training needs the DDP launcher (issue [3/7])");
-    if (device == "auto") device = "cuda:0";
+    // One GPU per process: a rank uses the GPU of its local rank.
+    if (device == "auto") device = "cuda:" + std::to_string(env.local_rank);
   }
   if (device == "auto") {
     if (visible > 0) {
@@ -118,6 +130,9 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   j["steps"] = steps;
   j["steps_per_s"] = steps_per_s;
   j["images_per_s"] = images_per_s;
+  j["world_size"] = world_size;
+  const char* p2p = std::getenv("NCCL_P2P_DISABLE");
+  j["nccl_p2p_disable"] = p2p ? p2p : "0";
   j["median_step_ms"] = median_step_ms;
   j["peak_mem_mib"] = peak_memory_mib;
   j["loader_images_per_s"] = loader_images_per_s;
@@ -172,6 +187,24 @@ nlohmann::json op_breakdown(const Device& device, StepFn&& step, std::ostream& o
   return rows;
 }
 
+// Test hook for fault handling: VITDDP_FAULT="RANK:STEP:exit" makes that rank exit with
+// status 7 at the start of that step; "RANK:STEP:hang" makes it sleep there forever.
+void inject_fault(int rank, int64_t step) {
+  static const char* spec = std::getenv("VITDDP_FAULT");
+  if (!spec) return;
+  int fault_rank = -1;
+  long long fault_step = -1;
+  char kind[16] = {};
+  if (std::sscanf(spec, "%d:%lld:%15s", &fault_rank, &fault_step, kind) != 3) return;
+  if (fault_rank != rank || fault_step != step) return;
+  if (std::string(kind) == "exit") {
+    std::fprintf(stderr, "train: rank %d: VITDDP_FAULT: exiting at step %lld\n", rank, fault_step);
+    std::_Exit(7);
+  }
+  if (std::string(kind) == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -180,9 +213,17 @@ double median(std::vector<double> v) {
 }  // namespace
 
 RunResult run_training(const TrainConfig& config, std::ostream& out) {
-  ResolvedRun run = resolve_run(config, out);
+  return run_training(config, RankEnvironment{}, out);
+}
+
+RunResult run_training(const TrainConfig& config, const RankEnvironment& env, std::ostream& all_ranks_out) {
+  // Only rank 0 reports; the others train quietly (their errors still reach stderr).
+  std::ostream null_stream(nullptr);
+  std::ostream& out = env.rank == 0 ? all_ranks_out : null_stream;
+  ResolvedRun run = resolve_run(config, env, out);
   const Device device = parse_device(run.device);
   configure_device(device, config);
+  const int world = std::max(1, env.world_size);
 
   VisionTransformer model(run.model, config.seed);
   NamedTensors params = model.named_parameters();
@@ -190,6 +231,7 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   // bf16: mixed precision with f32 master weights in the arena (see ParamArena).
   const DType compute_dtype = config.precision == "bf16" ? DType::kBF16 : DType::kF32;
   ParamArena arena(params, device, compute_dtype);
+  Ddp ddp = setup_ddp(config, env, device, arena);
   std::unique_ptr<Optimizer> optimizer =
       config.optimizer == "sgd"
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
@@ -199,17 +241,19 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   std::unique_ptr<Dataset> dataset;
   std::unique_ptr<DistributedSampler> sampler;
   if (!generate_on_gpu) {
-    dataset = make_dataset(config, run.model, 1);
+    dataset = make_dataset(config, run.model, world * static_cast<int>(config.accumulate));
     SamplerOptions sampler_options;
     sampler_options.dataset_size = dataset->size();
     sampler_options.seed = config.seed;
+    sampler_options.rank = env.rank;
+    sampler_options.world_size = world;
     sampler = std::make_unique<DistributedSampler>(sampler_options);
   }
   BatchSourceOptions source_options;
   source_options.device = device;
   source_options.batch_size = config.batch_size;
   source_options.workers = config.workers;
-  source_options.seed = config.seed;
+  source_options.seed = mix64(config.seed, static_cast<uint64_t>(env.rank));  // --data gpu: each rank its own
   source_options.generate_on_gpu = generate_on_gpu;
   source_options.image_shape = {run.model.in_channels, run.model.image_size, run.model.image_size};
   source_options.num_classes = run.model.num_classes;
@@ -219,6 +263,11 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   result.device = run.device;
   result.model = run.model;
   result.parameters = run.model.parameter_count();
+  result.world_size = world;
+  if (ddp.reducer)
+    out << "data parallel: " << world << " ranks (" << ddp.group->backend() << "), " << ddp.reducer->buckets().size()
+        << " buckets of <= " << config.bucket_mb << " MB, hook " << ddp.reducer->hook().name()
+        << (config.grad_as_bucket_view ? ", gradients as bucket views" : "") << "\n";
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device
       << ", batch " << config.batch_size << ", " << config.precision << ", " << config.warmup << " warm-up + "
       << config.steps << " steps, " << optimizer->name() << " lr " << config.lr << ", data " << config.data << "\n"
@@ -241,17 +290,30 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
           << std::flush;
     }
   };
+  // One optimizer step: `accumulate` micro-batches, of which only the last communicates.
   auto train_step = [&] {
-    Batch batch = batches->next();
     arena.zero_grad();
-    Tensor logits = model.forward(batch.images.to(compute_dtype));
-    // The loss runs in f32 whatever the compute dtype, as autocast does.
-    Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
-    loss.backward();
+    Tensor step_loss;
+    for (int64_t micro = 0; micro < config.accumulate; ++micro) {
+      const bool sync = micro + 1 == config.accumulate;
+      Batch batch = batches->next();
+      Tensor logits = model.forward(batch.images.to(compute_dtype));
+      // The loss runs in f32 whatever the compute dtype, as autocast does.
+      Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
+      if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
+      if (ddp.reducer) {
+        ddp.reducer->set_sync(sync);
+        ddp.reducer->prepare_for_backward();
+      }
+      loss.backward();
+      if (ddp.reducer) ddp.reducer->finalize();
+      step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
+    }
     optimizer->step();
-    return loss;
+    return step_loss;
   };
   for (int64_t step = 0; step < total; ++step) {
+    inject_fault(env.rank, step);
     if (step == config.warmup) allocator.reset_peak(device.index);
     Tensor loss = train_step();
     clock->end_step(step, loss);
@@ -263,16 +325,16 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   result.steps = config.steps;
   result.seconds = clock->span_seconds(config.warmup, total - 1);
   result.steps_per_s = config.steps / result.seconds;
-  result.images_per_s = result.steps_per_s * config.batch_size;
+  result.images_per_s = result.steps_per_s * config.batch_size * config.accumulate * world;
   result.median_step_ms = median(clock->step_seconds(config.warmup, total - 1)) * 1e3;
   result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();
 
-  out << "summary: " << run.model.name << " on " << run.device << " (" << config.precision << "): " << std::setprecision(4)
+  out << "summary: " << run.model.name << " on " << (world > 1 ? std::to_string(world) + " ranks, rank 0 " : "") << run.device << " (" << config.precision << "): " << std::setprecision(4)
       << result.steps_per_s << " steps/s, " << result.images_per_s << " img/s, median step " << result.median_step_ms
       << " ms, peak memory " << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> "
       << result.losses.back() << "\n";
-  if (!config.save.empty()) {
+  if (!config.save.empty() && env.rank == 0) {
     write_safetensors(config.save, arena.master_views());
     out << "saved weights to " << config.save << "\n";
   }

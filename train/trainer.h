@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/launcher.h"
 #include "models/vit/vit_config.h"
 #include "train/config.h"
 
@@ -15,6 +16,7 @@ struct RunResult {
   std::string device;
   VitConfig model;
   int64_t parameters = 0;
+  int world_size = 1;
   int64_t steps = 0;                  // timed steps
   double seconds = 0;                 // wall time of the timed steps
   double steps_per_s = 0;
@@ -33,8 +35,11 @@ struct ResolvedRun {
   std::string device;  // "cpu" or "cuda:N"
   VitConfig model;
 };
-ResolvedRun resolve_run(const TrainConfig& config, std::ostream& log);
+ResolvedRun resolve_run(const TrainConfig& config, const RankEnvironment& env, std::ostream& log);
 
+// One process's training. With a rank environment of world size > 1 it is one rank of a
+// data-parallel run (only rank 0 prints); otherwise a single-process run.
+RunResult run_training(const TrainConfig& config, const RankEnvironment& env, std::ostream& out);
 RunResult run_training(const TrainConfig& config, std::ostream& out);
 
 }  // namespace vitddp

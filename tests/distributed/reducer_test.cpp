@@ -3,6 +3,7 @@
 // launches during backward, views vs copies, unused parameters.
 #include <gtest/gtest.h>
 
+#include "common/fake_group.h"
 #include "common/test_utils.h"
 #include "distributed/reducer.h"
 #include "framework/nn/param_arena.h"
@@ -13,33 +14,7 @@
 namespace vitddp {
 namespace {
 
-class DoneWork final : public Work {
- public:
-  void wait() override {}
-  bool done() override { return true; }
-};
-
-// World of 2 where the other rank's tensor is always 2x ours.
-class FakeGroup final : public ProcessGroup {
- public:
-  FakeGroup() : ProcessGroup(0, 2) {}
-  std::string backend() const override { return "fake"; }
-  std::shared_ptr<Work> allreduce(const Tensor& t, ReduceOp op) override {
-    calls.push_back(t.numel());
-    add_inplace_scaled(t, op == ReduceOp::kAvg ? 1.5 : 3.0);
-    return std::make_shared<DoneWork>();
-  }
-  std::shared_ptr<Work> broadcast(const Tensor&, int) override { return std::make_shared<DoneWork>(); }
-  std::shared_ptr<Work> allgather(const Tensor&, const Tensor&) override { return std::make_shared<DoneWork>(); }
-  void barrier() override {}
-  std::vector<int64_t> calls;
-
- private:
-  static void add_inplace_scaled(const Tensor& t, double factor) {
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(p[i] * factor);
-  }
-};
+using testing::FakeGroup;
 
 struct DdpFixture {
   VisionTransformer model{vit_config_by_name("vit_tiny"), 4};

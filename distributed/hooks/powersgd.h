@@ -1,0 +1,53 @@
+// PowerSGD (Vogels et al. 2019; PyTorch's powerSGD_hook): each bucket's gradient matrices are
+// sent as low-rank factors. Per matrix M (n x m, the tensor viewed as (shape[0], rest)):
+// P = M Q, all-reduce P, orthonormalise P, Q = M^T P, all-reduce Q, M ~ P Q^T / world.
+// Error feedback adds what compression lost last step to this step's gradient; warm start
+// reuses Q across steps; before `start_iter` steps it is a plain all-reduce; 1-D tensors and
+// matrices that compression would not shrink by `min_compression_rate` go uncompressed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "distributed/comm_hook.h"
+
+namespace vitddp {
+
+struct PowerSgdOptions {
+  int64_t rank = 1;                   // --powersgd-rank
+  int64_t start_iter = 2;             // steps of plain all-reduce first
+  double min_compression_rate = 2.0;  // compress only if (n + m) r * rate < n m
+  bool error_feedback = true;
+  bool warm_start = true;
+  uint64_t seed = 0;                  // initial Q: the same on every rank
+};
+
+// The run's PowerSGD state: per bucket, the error-feedback buffer and the Q factors. It differs
+// per rank (the errors are local) and belongs in each rank's checkpoint.
+struct PowerSgdState {
+  struct Bucket {
+    Tensor error;  // (bucket numel) f32, what the last compression did not send
+    Tensor q;      // all Q matrices of the bucket back to back, f32
+  };
+  int64_t iter = 0;
+  std::map<size_t, Bucket> buckets;
+};
+
+class PowerSgdHook final : public CommHook {
+ public:
+  explicit PowerSgdHook(const PowerSgdOptions& options);
+  std::string name() const override;
+  std::shared_ptr<Work> run(ProcessGroup& group, GradBucket& bucket) override;
+  const PowerSgdState& state() const { return state_; }
+  PowerSgdState& state() { return state_; }
+  const PowerSgdOptions& options() const { return options_; }
+
+ private:
+  PowerSgdOptions options_;
+  PowerSgdState state_;
+};
+
+std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options);
+
+}  // namespace vitddp

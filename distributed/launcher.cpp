@@ -1,0 +1,157 @@
+#include "distributed/launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <ostream>
+#include <thread>
+
+#include "framework/core/error.h"
+
+namespace vitddp {
+namespace {
+
+bool parse_int(const char* text, int* out) {
+  if (!text || !*text) return false;
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (*end != '\0' || v < 0 || v > INT_MAX) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+int env_int(const char* name) {
+  const char* text = std::getenv(name);
+  int v = 0;
+  VITDDP_CHECK(parse_int(text, &v), "environment variable ", name, "='", text ? text : "",
+               "' is not a non-negative integer");
+  return v;
+}
+
+std::atomic<int> g_forward_signal{0};
+void remember_signal(int sig) { g_forward_signal.store(sig); }
+
+}  // namespace
+
+RankEnvironment read_rank_environment() {
+  RankEnvironment env;
+  const char* sets[][4] = {{"RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"},
+                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI"},
+                           {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM"}};
+  for (auto& vars : sets) {
+    if (!std::getenv(vars[0]) && !std::getenv(vars[2])) continue;
+    VITDDP_CHECK(std::getenv(vars[0]) && std::getenv(vars[2]), "environment: ", vars[0], " and ", vars[2],
+                 " must be set together");
+    env.distributed = true;
+    env.source = vars[3];
+    env.rank = env_int(vars[0]);
+    env.world_size = env_int(vars[2]);
+    env.local_rank = std::getenv(vars[1]) ? env_int(vars[1]) : env.rank;
+    VITDDP_CHECK(env.world_size >= 1, "environment: ", vars[2], " must be >= 1");
+    VITDDP_CHECK(env.rank < env.world_size, "environment: ", vars[0], "=", env.rank, " is not below ", vars[2], "=",
+                 env.world_size);
+    break;
+  }
+  if (const char* r = std::getenv("VITDDP_RENDEZVOUS")) env.rendezvous = r;
+  if (env.distributed && env.world_size > 1)
+    VITDDP_CHECK(!env.rendezvous.empty(), "environment: VITDDP_RENDEZVOUS must name a folder all ", env.world_size,
+                 " ranks share (the file store for the rendezvous)");
+  return env;
+}
+
+int launch_workers(const LaunchOptions& options, std::ostream& log) {
+  VITDDP_CHECK(options.processes >= 1, "launcher: at least one process");
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  VITDDP_CHECK(n > 0, "launcher: cannot find this program (/proc/self/exe)");
+  self[n] = '\0';
+  char pattern[] = "/tmp/vitddp-rendezvous-XXXXXX";
+  VITDDP_CHECK(mkdtemp(pattern) != nullptr, "launcher: cannot create a rendezvous folder: ", std::strerror(errno));
+  const std::string rendezvous = pattern;
+
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < options.processes; ++rank) {
+    pid_t pid = fork();
+    VITDDP_CHECK(pid >= 0, "launcher: fork failed: ", std::strerror(errno));
+    if (pid == 0) {
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
+      setenv("VITDDP_RENDEZVOUS", rendezvous.c_str(), 1);
+      setenv("NCCL_NVLS_ENABLE", "0", 0);  // multicast off unless the user says otherwise
+      std::vector<char*> args;
+      args.push_back(self);
+      for (size_t i = 1; i < options.argv.size(); ++i) args.push_back(const_cast<char*>(options.argv[i].c_str()));
+      args.push_back(nullptr);
+      execv(self, args.data());
+      std::fprintf(stderr, "launcher: cannot start %s: %s\n", self, std::strerror(errno));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  int first_failure = 0;
+  int alive = options.processes;
+  auto stop_all = [&](int sig) {
+    for (pid_t pid : pids)
+      if (pid > 0) kill(pid, sig);
+  };
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  bool stopping = false;
+  while (alive > 0) {
+    int sig = g_forward_signal.exchange(0);
+    if (sig) {
+      stop_all(sig);  // forwarded: workers stop at a step boundary (or die)
+      if (!stopping) deadline = std::chrono::steady_clock::now() + options.grace;
+      stopping = true;
+      if (first_failure == 0) first_failure = 128 + sig;
+    }
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      --alive;
+      int rank = 0;
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (pids[i] == pid) {
+          rank = static_cast<int>(i);
+          pids[i] = -1;
+        }
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && first_failure == 0) {
+        first_failure = code;
+        if (WIFEXITED(status))
+          log << "launcher: rank " << rank << " exited with status " << code << "; stopping the other ranks\n";
+        else
+          log << "launcher: rank " << rank << " was killed by signal " << WTERMSIG(status) << " ("
+              << strsignal(WTERMSIG(status)) << "); stopping the other ranks\n";
+        log.flush();
+        stop_all(SIGTERM);
+        stopping = true;
+        deadline = std::chrono::steady_clock::now() + options.grace;
+      }
+      continue;
+    }
+    if (stopping && std::chrono::steady_clock::now() > deadline) {
+      stop_all(SIGKILL);
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(rendezvous, ignored);
+  return first_failure;
+}
+
+}  // namespace vitddp

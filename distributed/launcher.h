@@ -1,0 +1,40 @@
+// The launcher and the rank environment.
+//
+// `train --gpus N` (or `--procs N` on the CPU) with no rank environment becomes the launcher:
+// it starts N copies of the same program, each with RANK, LOCAL_RANK, WORLD_SIZE and
+// VITDDP_RENDEZVOUS (a fresh folder for the file store) set, forwards SIGINT/SIGTERM to them,
+// and when one fails stops the others and exits non-zero naming the first failure. Under an
+// existing launcher (torchrun-style variables, mpirun or srun) the program is a worker at once.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace vitddp {
+
+struct RankEnvironment {
+  bool distributed = false;  // a rank environment was found
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  std::string rendezvous;    // VITDDP_RENDEZVOUS: folder for the file store
+  std::string source;        // which variables: "RANK", "OMPI", "SLURM"
+};
+
+// Reads RANK/LOCAL_RANK/WORLD_SIZE, else OMPI_COMM_WORLD_*, else SLURM_PROCID/LOCALID/NTASKS.
+// Throws (bad input) on malformed or inconsistent values, naming the variable.
+RankEnvironment read_rank_environment();
+
+struct LaunchOptions {
+  int processes = 1;
+  std::vector<std::string> argv;  // the worker command line; argv[0] is replaced by this program
+  std::chrono::seconds grace{10}; // between SIGTERM and SIGKILL when stopping the others
+};
+
+// Runs the workers to completion. Returns 0 when all exit 0; otherwise the first failed
+// worker's exit code (128 + signal when killed), after printing one line naming it.
+int launch_workers(const LaunchOptions& options, std::ostream& log);
+
+}  // namespace vitddp

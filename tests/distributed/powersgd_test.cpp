@@ -1,0 +1,90 @@
+// PowerSGD against closed forms, with a fake 2-rank group whose other rank sends 2x ours.
+#include <gtest/gtest.h>
+
+#include "common/fake_group.h"
+#include "common/test_utils.h"
+#include "distributed/hooks/powersgd.h"
+
+namespace vitddp {
+namespace {
+
+// A bucket of two matrices and a bias, laid out back to back.
+GradBucket make_bucket(Generator& gen, const std::vector<Shape>& shapes) {
+  GradBucket b;
+  int64_t n = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    b.params.push_back(i);
+    b.offsets.push_back(n);
+    b.shapes.push_back(shapes[i]);
+    n += shape_numel(shapes[i]);
+  }
+  b.buffer = testing::random_tensor({n}, gen, DType::kF32);
+  b.is_last = true;
+  return b;
+}
+
+TEST(PowerSgd, PlainAllReduceBeforeTheStartIteration) {
+  Generator gen(1);
+  GradBucket b = make_bucket(gen, {{4, 6}, {6}});
+  std::vector<double> before = b.buffer.to_vector();
+  testing::FakeGroup group;
+  PowerSgdHook hook(PowerSgdOptions{1, 1, 2.0, true, true, 0});
+  hook.run(group, b)->wait();
+  std::vector<double> after = b.buffer.to_vector();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(after[i], 1.5 * before[i], 1e-6);
+  EXPECT_EQ(hook.state().iter, 1);
+}
+
+TEST(PowerSgd, FullRankReproducesTheAverage) {
+  Generator gen(2);
+  // rank 4 = rows of both matrices: P spans R^4, so P P^T M = M.
+  GradBucket b = make_bucket(gen, {{4, 6}, {4, 9}, {5}});
+  std::vector<double> before = b.buffer.to_vector();
+  testing::FakeGroup group;
+  PowerSgdHook hook(PowerSgdOptions{4, 0, 0.0, true, true, 7});
+  hook.run(group, b)->wait();
+  std::vector<double> after = b.buffer.to_vector();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(after[i], 1.5 * before[i], 1e-4) << i;
+  // As PyTorch's hook, the error is the local input minus the averaged result: here -0.5x.
+  std::vector<double> error = hook.state().buckets.at(0).error.to_vector();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(error[i], -0.5 * before[i], 1e-4) << i;
+}
+
+TEST(PowerSgd, RankOneErrorFeedbackCarriesExactlyWhatWasNotSent) {
+  Generator gen(3);
+  GradBucket b = make_bucket(gen, {{8, 12}, {8}});
+  testing::FakeGroup group;
+  PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 9});
+  std::vector<double> input = b.buffer.to_vector();
+  hook.run(group, b)->wait();
+  std::vector<double> sent = b.buffer.to_vector(), error = hook.state().buckets.at(0).error.to_vector();
+  double lost = 0;
+  for (size_t i = 0; i < input.size(); ++i) {
+    EXPECT_NEAR(error[i] + sent[i], input[i], 1e-5) << i;  // compensated input = approximation + error
+    lost += std::abs(error[i]);
+  }
+  EXPECT_GT(lost, 1e-2);  // rank 1 of an 8x12 random matrix loses something
+  for (size_t i = 96; i < input.size(); ++i) EXPECT_NEAR(sent[i], 1.5 * input[i], 1e-5);  // the bias: uncompressed
+  // Step 2 compresses gradient + error.
+  Tensor next = testing::random_tensor(b.buffer.shape(), gen, DType::kF32);
+  std::vector<double> fresh = next.to_vector();
+  b.buffer.copy_(next);
+  std::vector<double> previous_error = error;
+  hook.run(group, b)->wait();
+  std::vector<double> sent2 = b.buffer.to_vector(), error2 = hook.state().buckets.at(0).error.to_vector();
+  for (size_t i = 0; i < fresh.size(); ++i) EXPECT_NEAR(error2[i] + sent2[i], fresh[i] + previous_error[i], 1e-5);
+}
+
+TEST(PowerSgd, SameStartingQOnEveryRank) {
+  Generator gen(4);
+  GradBucket a = make_bucket(gen, {{8, 12}}), b = a;
+  b.buffer = a.buffer.clone();
+  testing::FakeGroup group;
+  PowerSgdHook h1(PowerSgdOptions{2, 0, 0.0, true, true, 5}), h2(PowerSgdOptions{2, 0, 0.0, true, true, 5});
+  h1.run(group, a)->wait();
+  h2.run(group, b)->wait();
+  EXPECT_EQ(a.buffer.to_vector(), b.buffer.to_vector());
+}
+
+}  // namespace
+}  // namespace vitddp

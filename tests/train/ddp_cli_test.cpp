@@ -1,0 +1,75 @@
+// `train --procs N` end to end: the launcher starts N ranks over Gloo; a rank that dies makes
+// the launcher stop the others and exit naming it; bad DDP flags fail before anything starts.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+
+#include "common/test_utils.h"
+
+namespace vitddp {
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string out;
+  double seconds = 0;
+};
+
+Outcome run(const std::string& env, const std::string& args) {
+  auto start = std::chrono::steady_clock::now();
+  std::string cmd = "CUDA_VISIBLE_DEVICES= " + env + " timeout 120 " + VITDDP_TRAIN_BIN + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Outcome o;
+  std::array<char, 512> buf;
+  while (pipe && fgets(buf.data(), buf.size(), pipe)) o.out += buf.data();
+  int status = pipe ? pclose(pipe) : -1;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return o;
+}
+
+const std::string kTiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --print-every 1";
+
+TEST(DdpCli, TwoCpuRanksTrain) {
+  Outcome o = run("", "--procs 2 --steps 3 --bucket-mb 0.05 " + kTiny);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("data parallel: 2 ranks (gloo)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("summary: vit_tiny on 2 ranks"), std::string::npos) << o.out;
+  // Only rank 0 reports: one summary line.
+  EXPECT_EQ(o.out.find("summary:"), o.out.rfind("summary:")) << o.out;
+}
+
+TEST(DdpCli, ADeadRankStopsTheRunAndIsNamed) {
+  Outcome o = run("VITDDP_FAULT=1:1:exit", "--procs 2 --steps 5 --timeout 10 " + kTiny);
+  EXPECT_EQ(o.code, 7) << o.out;
+  EXPECT_NE(o.out.find("launcher: rank 1 exited with status 7"), std::string::npos) << o.out;
+  EXPECT_LT(o.seconds, 10 + 10) << o.out;
+}
+
+TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
+  for (auto [args, message] : {std::pair<std::string, std::string>{"--procs 2 --bucket-mb 0", "--bucket-mb must be > 0"},
+                               {"--procs 2 --hook zip", "unknown hook 'zip'"},
+                               {"--procs 2 --powersgd-rank 0", "--powersgd-rank must be >= 1"},
+                               {"--procs 2 --gpus 2", "--gpus and --procs exclude each other"},
+                               {"--gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"}}) {
+    Outcome o = run("", args + " " + kTiny);
+    EXPECT_EQ(o.code, 2) << args << ": " << o.out;
+    EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
+  }
+}
+
+TEST(DdpCli, BadRankEnvironmentIsAClearError) {
+  Outcome o = run("RANK=3 WORLD_SIZE=2 VITDDP_RENDEZVOUS=/tmp", "--steps 1 " + kTiny);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("RANK=3 is not below WORLD_SIZE=2"), std::string::npos) << o.out;
+  o = run("RANK=x WORLD_SIZE=2", "--steps 1 " + kTiny);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("RANK='x'"), std::string::npos) << o.out;
+}
+
+}  // namespace
+}  // namespace vitddp
