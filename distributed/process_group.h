@@ -60,5 +60,8 @@ std::unique_ptr<ProcessGroup> make_gloo_process_group(const ProcessGroupOptions&
 // NCCL on the current CUDA device; the unique id travels through the file store.
 // Throws when this build has no NCCL.
 std::unique_ptr<ProcessGroup> make_nccl_process_group(const ProcessGroupOptions& options);
+// Whether this build has each backend (tests skip themselves, the CLI names the missing one).
+bool has_gloo_backend();
+bool has_nccl_backend();
 
 }  // namespace vitddp
