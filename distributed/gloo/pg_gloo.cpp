@@ -302,12 +302,14 @@ void ProcessGroupGloo::worker_loop() {
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::enqueue(const std::string& what, std::function<void(uint32_t)> body) {
-  const uint64_t seq = next_seq_++;
-  auto work = std::make_shared<GlooWork>(
-      detail::concat("gloo ", what, " #", seq, " on rank ", rank(), " of ", size()), std::move(body),
-      static_cast<uint32_t>(seq));
+  std::shared_ptr<GlooWork> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t seq = next_seq_++;
+    // The sequence number doubles as Gloo's tag: every rank issues the same collectives in the
+    // same order, so the tags match across ranks.
+    work = std::make_shared<GlooWork>(detail::concat("gloo ", what, " #", seq, " on rank ", rank(), " of ", size()),
+                                      std::move(body), static_cast<uint32_t>(seq));
     queue_.push_back(work);
   }
   queue_changed_.notify_all();

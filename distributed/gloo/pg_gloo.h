@@ -63,7 +63,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::condition_variable queue_changed_;
   std::deque<std::shared_ptr<GlooWork>> queue_;  // guarded by mutex_
   bool stopping_ = false;                        // guarded by mutex_
-  uint64_t next_seq_ = 0;                        // caller side only
+  uint64_t next_seq_ = 0;                        // guarded by mutex_
   std::thread worker_;
 };
 

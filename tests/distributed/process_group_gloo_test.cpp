@@ -182,6 +182,15 @@ TEST(Gloo, BadArgumentsAreUserErrors) {
                                    {"rank 3"}));
 }
 
+TEST(ProcessGroup, FactoriesExplainAMissingBackend) {
+  if (!has_nccl_backend()) {
+    EXPECT_TRUE(testing::throws_with([] { make_nccl_process_group(ProcessGroupOptions{}); }, {"no NCCL"}));
+  }
+  if (!has_gloo_backend()) {
+    EXPECT_TRUE(testing::throws_with([] { make_gloo_process_group(ProcessGroupOptions{}); }, {"no Gloo"}));
+  }
+}
+
 TEST(Gloo, OneRankWorldIsLocal) {
   REQUIRE_GLOO();
   auto pg = make_gloo_process_group(options_for(0, 1, ""));
