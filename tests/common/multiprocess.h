@@ -23,7 +23,8 @@ constexpr int kChildSignalBase = 128;  // 128 + N: ended by signal N
 // no atexit handlers or gtest teardown run in the child). Children die with the parent
 // (PR_SET_PDEATHSIG). The parent waits until all have exited or `timeout` has passed, kills the
 // stragglers, and returns the exit codes by rank. Call it from the test's main thread before
-// the test has started threads of its own.
+// the test has started threads of its own. A child cannot use CUDA once the parent has
+// initialised it (any CUDA call, device counting included): GPU tests use one thread per rank.
 std::vector<int> run_in_processes(int n, const std::function<int(int rank)>& body, std::chrono::seconds timeout);
 
 // "rank 0: 0, rank 1: 3 (...)": for failure messages.
