@@ -2,6 +2,12 @@
 // for CUDA tensors (on its own communication stream) and Gloo for CPU tensors (so the whole DDP
 // path runs in CI across real processes over loopback). Collectives are asynchronous and
 // return a Work handle; every rank must issue the same collectives in the same order.
+//
+// Failures: bad arguments throw ErrorKind::kUser from the call itself. A peer that exited or
+// lost its connection surfaces as ErrorKind::kPeer, a collective that made no progress within
+// ProcessGroupOptions::timeout as ErrorKind::kTimeout, from Work::wait() (and Work::done() for
+// NCCL, whose wait does not block). After either the group is unusable: every later call throws
+// the same kind, and the caller should tear down and exit.
 #pragma once
 
 #include <chrono>
@@ -28,7 +34,9 @@ class Work {
 struct ProcessGroupOptions {
   int rank = 0;
   int world_size = 1;
-  std::string rendezvous;  // a folder all ranks share (file store)
+  std::string rendezvous;  // a folder all ranks share (file store); fresh for each run
+  // Bounds the rendezvous and every collective (Gloo: each send/receive; NCCL: from launch to
+  // completion on the communication stream).
   std::chrono::milliseconds timeout{300000};
 };
 
@@ -60,5 +68,8 @@ std::unique_ptr<ProcessGroup> make_gloo_process_group(const ProcessGroupOptions&
 // NCCL on the current CUDA device; the unique id travels through the file store.
 // Throws when this build has no NCCL.
 std::unique_ptr<ProcessGroup> make_nccl_process_group(const ProcessGroupOptions& options);
+// Whether this build has each backend (tests skip themselves, the CLI names the missing one).
+bool has_gloo_backend();
+bool has_nccl_backend();
 
 }  // namespace vitddp

@@ -1,0 +1,509 @@
+#include "distributed/nccl/pg_nccl.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "distributed/file_store.h"
+#include "distributed/nccl/nccl_check.h"
+#include "framework/cuda/check.h"
+
+namespace vitddp {
+
+// ---- NCCL_CHECK support ----
+
+namespace nccl {
+
+ErrorKind nccl_error_kind(ncclResult_t result) {
+  switch (result) {
+    case ncclSystemError:
+    case ncclRemoteError: return ErrorKind::kPeer;
+    default: return ErrorKind::kInternal;
+  }
+}
+
+void throw_nccl_error(const char* call, ncclResult_t result, const char* file, int line) {
+  const char* last = ncclGetLastError(nullptr);
+  throw Error(detail::concat("NCCL error: ", call, " failed: ", ncclGetErrorString(result),
+                             last && *last ? std::string(" (") + last + ")" : std::string(), " (", file, ":", line,
+                             ")"),
+              nccl_error_kind(result));
+}
+
+}  // namespace nccl
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kWatchdogPeriod{100};
+constexpr std::chrono::microseconds kProgressPoll{200};
+
+std::string last_error_text(ncclComm_t comm) {
+  const char* last = ncclGetLastError(comm);
+  return last && *last ? std::string(" (") + last + ")" : std::string();
+}
+
+// Polls a non-blocking communicator until it leaves ncclInProgress. Returns its state:
+// ncclSuccess, an error, or ncclInProgress when `timeout` passed first.
+ncclResult_t wait_for_nccl(ncclComm_t comm, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t result = ncclCommGetAsyncError(comm, &state);
+    if (result != ncclSuccess) return result;
+    if (state != ncclInProgress) return state;
+    if (Clock::now() >= deadline) return ncclInProgress;
+    std::this_thread::sleep_for(kProgressPoll);
+  }
+}
+
+// Makes `device` current for the scope (CUDA's current device is per thread).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    CUDA_WARN(cudaGetDevice(&previous_));
+    if (previous_ != device) CUDA_WARN(cudaSetDevice(device));
+  }
+  ~DeviceScope() { CUDA_WARN(cudaSetDevice(previous_)); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+ncclDataType_t nccl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kF64: return ncclFloat64;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI64: return ncclInt64;
+  }
+  throw Error("unknown dtype", ErrorKind::kInternal);
+}
+
+std::atomic<int> g_group_count{0};
+
+}  // namespace
+
+// ---- NcclComm ----
+
+struct NcclComm::AbortState {
+  std::mutex mutex;
+  std::condition_variable finished_cv;
+  bool finished = false;
+};
+
+NcclComm NcclComm::init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout) {
+  NcclComm comm;
+  comm.device_ = device;
+  comm.timeout_ = timeout;
+  DeviceScope scope(device);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // so that a stuck initialisation can be aborted
+  ncclComm_t raw = nullptr;
+  ncclResult_t result = ncclCommInitRankConfig(&raw, size, id, rank, &config);
+  comm.comm_ = raw;
+  if (result == ncclSuccess || result == ncclInProgress) result = wait_for_nccl(raw, timeout);
+  if (result == ncclSuccess) return comm;
+
+  const std::string where = detail::concat("NCCL initialisation of rank ", rank, " of ", size, " on cuda:", device);
+  if (result == ncclInProgress) {
+    Error error(detail::concat(where, " did not finish within ", timeout.count(),
+                               " ms (did every rank start, and can the ranks reach each other?)"),
+                ErrorKind::kTimeout);
+    comm.abort(error.what());
+    throw error;
+  }
+  Error error(detail::concat(where, " failed: ", ncclGetErrorString(result), last_error_text(raw)), ErrorKind::kPeer);
+  if (raw) comm.abort(error.what());
+  throw error;
+}
+
+NcclComm::~NcclComm() {
+  finalize_and_destroy();
+  wait_for_abort();
+}
+
+NcclComm::NcclComm(NcclComm&& o) noexcept
+    : comm_(std::exchange(o.comm_, nullptr)), device_(o.device_), timeout_(o.timeout_), abort_(std::move(o.abort_)) {}
+
+NcclComm& NcclComm::operator=(NcclComm&& o) noexcept {
+  if (this != &o) {
+    finalize_and_destroy();
+    wait_for_abort();
+    comm_ = std::exchange(o.comm_, nullptr);
+    device_ = o.device_;
+    timeout_ = o.timeout_;
+    abort_ = std::move(o.abort_);
+  }
+  return *this;
+}
+
+void NcclComm::abort(const std::string& reason) {
+  ncclComm_t comm = std::exchange(comm_, nullptr);
+  if (!comm) return;
+  auto state = std::make_shared<AbortState>();
+  abort_ = state;
+  const int device = device_;
+  std::thread([comm, device, state] {
+    CUDA_WARN(cudaSetDevice(device));
+    NCCL_WARN(ncclCommAbort(comm));
+    {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->finished = true;
+    }
+    state->finished_cv.notify_all();
+  }).detach();
+  std::thread([state, reason] {
+    std::unique_lock<std::mutex> lock(state->mutex);
+    if (!state->finished_cv.wait_for(lock, std::chrono::seconds(kAbortGraceSeconds), [&] { return state->finished; })) {
+      std::fprintf(stderr, "vitddp: ncclCommAbort did not return within %d s after: %s; exiting with code %d\n",
+                   kAbortGraceSeconds, reason.c_str(), kAbortHangExitCode);
+      std::fflush(stderr);
+      std::_Exit(kAbortHangExitCode);
+    }
+  }).detach();
+}
+
+void NcclComm::wait_for_abort() noexcept {
+  if (!abort_) return;
+  std::unique_lock<std::mutex> lock(abort_->mutex);
+  // The watcher thread ends the process if the abort outlives the grace period.
+  abort_->finished_cv.wait(lock, [&] { return abort_->finished; });
+  lock.unlock();
+  abort_.reset();
+}
+
+void NcclComm::finalize_and_destroy() noexcept {
+  if (!comm_) return;
+  DeviceScope scope(device_);
+  // Finalize flushes the operations already issued; on a non-blocking communicator it returns
+  // ncclInProgress and we poll until it is done (or give up and abort after the timeout).
+  ncclResult_t result = ncclCommFinalize(comm_);
+  if (result == ncclSuccess || result == ncclInProgress) result = wait_for_nccl(comm_, timeout_);
+  if (result == ncclSuccess) {
+    NCCL_WARN(ncclCommDestroy(comm_));
+    comm_ = nullptr;
+    return;
+  }
+  std::fprintf(stderr, "vitddp: warning: ncclCommFinalize %s; aborting the communicator\n",
+               result == ncclInProgress ? "did not finish within the timeout" : ncclGetErrorString(result));
+  try {
+    abort("ncclCommFinalize failed in the destructor");
+  } catch (const std::exception& e) {  // std::thread could not start: abort here and now
+    std::fprintf(stderr, "vitddp: warning: %s; aborting on this thread\n", e.what());
+    NCCL_WARN(ncclCommAbort(comm_));
+    comm_ = nullptr;
+  }
+}
+
+// ---- the state shared by the group, its Work handles and the watchdog ----
+
+// Note [NCCL watchdog]
+// Every collective is appended to `in_flight` with its completion event and start time; the
+// comm stream runs them in that order, so the first entry whose event has not fired is the
+// oldest unfinished one, and it alone is checked against the timeout. The watchdog thread runs
+// check() every 100 ms; the caller's thread runs it in every collective and in Work::wait/done.
+// A failure is recorded once (`failure`), the communicator is aborted, and every later call
+// rethrows that error. Tensors kept alive by `in_flight` are released only on the caller's
+// threads (`release_finished`), never on the watchdog thread, so the caching allocator sees
+// frees where it expects them.
+struct ProcessGroupNccl::Shared {
+  struct InFlight {
+    uint64_t seq;
+    std::string what;
+    Clock::time_point start;
+    std::shared_ptr<cuda::Event> done;
+    std::vector<Tensor> keep;  // the collective's tensors, alive until it is done
+  };
+
+  std::mutex mutex;
+  NcclComm comm;
+  std::optional<Error> failure;
+  std::deque<InFlight> in_flight;  // issue order
+  int rank = 0;
+  int size = 1;
+
+  // All below: with `mutex` held.
+  [[noreturn]] void fail(const Error& error) {
+    failure = error;
+    comm.abort(error.what());
+    throw error;
+  }
+
+  // Throws the recorded failure, or detects a new one (async NCCL error, late collective).
+  void check(std::chrono::milliseconds timeout) {
+    if (failure) throw *failure;
+    if (!comm.get()) return;
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t result = ncclCommGetAsyncError(comm.get(), &state);
+    if (result != ncclSuccess) state = result;
+    if (state != ncclSuccess && state != ncclInProgress) {
+      fail(Error(detail::concat("NCCL reported an error on rank ", rank, " of ", size, ": ", ncclGetErrorString(state),
+                                last_error_text(comm.get()),
+                                " (a peer process exited or its connection failed); the communicator was aborted"),
+                 ErrorKind::kPeer));
+    }
+    const auto now = Clock::now();
+    for (const InFlight& entry : in_flight) {
+      bool finished = false;
+      try {
+        finished = entry.done->query();
+      } catch (const Error& e) {
+        fail(Error(detail::concat("NCCL ", entry.what, " #", entry.seq, " on rank ", rank, ": ", e.what()),
+                   ErrorKind::kInternal));
+      }
+      if (finished) continue;
+      if (now - entry.start > timeout) {
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.start);
+        fail(Error(detail::concat("NCCL ", entry.what, " #", entry.seq, " on rank ", rank, " of ", size,
+                                  " did not complete within the ", timeout.count(), " ms timeout (", waited.count(),
+                                  " ms so far): a peer is stuck, exited, or issued a different collective; the "
+                                  "communicator was aborted"),
+                   ErrorKind::kTimeout));
+      }
+      break;  // later entries run after this one on the comm stream
+    }
+  }
+
+  void release_finished() {
+    while (!in_flight.empty() && in_flight.front().done->query()) in_flight.pop_front();
+  }
+};
+
+namespace {
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<ProcessGroupNccl::Shared> shared, std::shared_ptr<cuda::Event> done,
+           std::chrono::milliseconds timeout)
+      : shared_(std::move(shared)), done_(std::move(done)), timeout_(timeout) {}
+
+  void wait() override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->check(timeout_);
+    }
+    done_->block(cuda::current_stream());  // See Note [NCCL stream handshake]
+  }
+
+  bool done() override {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->check(timeout_);
+    return done_->query();
+  }
+
+ private:
+  std::shared_ptr<ProcessGroupNccl::Shared> shared_;
+  std::shared_ptr<cuda::Event> done_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+// ---- construction and teardown ----
+
+ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
+    : ProcessGroup(options.rank, options.world_size), timeout_(options.timeout) {
+  VITDDP_CHECK(options.world_size >= 1, "ProcessGroupNccl: world size must be at least 1, got ", options.world_size);
+  VITDDP_CHECK(options.rank >= 0 && options.rank < options.world_size, "ProcessGroupNccl: rank ", options.rank,
+               " is outside [0, ", options.world_size, ")");
+  VITDDP_CHECK(options.timeout.count() > 0, "ProcessGroupNccl: the timeout must be positive, got ",
+               options.timeout.count(), " ms");
+  device_ = cuda::current_device();
+  // Every rank creates its groups in the same order, so the count names the same group on all.
+  const int instance = g_group_count.fetch_add(1);
+
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (options.world_size == 1) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+  } else {
+    VITDDP_CHECK(!options.rendezvous.empty(), "ProcessGroupNccl: a rendezvous folder is required for ",
+                 options.world_size, " ranks");
+    FileStore store(options.rendezvous);
+    const std::string key = "nccl" + std::to_string(instance) + "/unique_id";
+    if (options.rank == 0) {
+      NCCL_CHECK(ncclGetUniqueId(&id));
+      store.set(key, std::string(id.internal, sizeof(id.internal)));
+    } else {
+      const std::string value = store.get(key, options.timeout);
+      VITDDP_CHECK(value.size() == sizeof(id.internal), "ProcessGroupNccl: the NCCL id in '", options.rendezvous,
+                   "' has ", value.size(), " bytes, expected ", sizeof(id.internal),
+                   " (is the folder shared with another run?)");
+      std::memcpy(id.internal, value.data(), sizeof(id.internal));
+    }
+  }
+
+  shared_ = std::make_shared<Shared>();
+  shared_->rank = options.rank;
+  shared_->size = options.world_size;
+  shared_->comm = NcclComm::init(options.world_size, options.rank, id, device_, timeout_);
+
+  int least_priority = 0, greatest_priority = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  comm_stream_ = cuda::Stream::create(device_, greatest_priority);
+  ready_ = cuda::Event::create();
+  barrier_buffer_ = Tensor::zeros({1}, DType::kF32, Device::cuda(device_));
+  watchdog_ = std::thread([this] { watchdog_loop(); });
+}
+
+ProcessGroupNccl::~ProcessGroupNccl() {
+  {
+    std::lock_guard<std::mutex> lock(watchdog_mutex_);
+    watchdog_stop_ = true;
+  }
+  watchdog_wake_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  // Finalize waits for the issued collectives (bounded by the timeout, then it aborts).
+  shared_->comm = NcclComm();
+  // After an abort the comm stream may still hold work that reads the kept tensors: release
+  // them only once it is idle, and leak them (never reuse the memory) if it does not get there.
+  const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
+  cudaError_t status = cudaErrorNotReady;
+  while ((status = cudaStreamQuery(comm_stream_.get())) == cudaErrorNotReady && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (status == cudaErrorNotReady) {
+    std::fprintf(stderr, "vitddp: warning: the NCCL stream is still busy at teardown; leaking its buffers\n");
+    (void)new std::deque<Shared::InFlight>(std::move(shared_->in_flight));
+    return;
+  }
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "vitddp: warning: the NCCL stream failed: %s\n", cudaGetErrorString(status));
+  }
+  shared_->in_flight.clear();
+}
+
+// ---- the watchdog ----
+
+void ProcessGroupNccl::watchdog_loop() {
+  CUDA_WARN(cudaSetDevice(device_));
+  std::unique_lock<std::mutex> wake_lock(watchdog_mutex_);
+  while (!watchdog_wake_.wait_for(wake_lock, kWatchdogPeriod, [&] { return watchdog_stop_; })) {
+    try {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->check(timeout_);
+    } catch (const Error& e) {
+      // Recorded in shared_->failure (and the communicator aborted); the caller's next call
+      // throws it. Say so now too: the caller may be blocked somewhere else.
+      std::fprintf(stderr, "vitddp: rank %d: %s\n", rank(), e.what());
+      std::fflush(stderr);
+      return;
+    }
+  }
+}
+
+void ProcessGroupNccl::check_health(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->check(timeout);
+  shared_->release_finished();
+}
+
+// ---- collectives ----
+
+void ProcessGroupNccl::check_tensor_arg(const Tensor& t, const char* op, bool allow_int) const {
+  VITDDP_CHECK(t.defined(), op, ": the tensor is undefined");
+  const bool on_device = t.device().is_cuda() && t.device().index == device_;
+  check_tensor(on_device && t.is_contiguous(), op,
+               detail::concat("a contiguous tensor on cuda:", device_, " (the group's device)").c_str(), t);
+  check_tensor(allow_int || is_floating(t.dtype()), op, "a floating tensor", t);
+}
+
+// Note [NCCL stream handshake]
+// Compute -> comm: an event recorded on the caller's current stream, which the comm stream
+// waits for, so the collective reads the tensor only after the kernels that wrote it. Comm ->
+// compute: the completion event, which Work::wait() makes the caller's current stream wait for.
+// Neither blocks the host.
+std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vector<Tensor> keep,
+                                               const NcclCall& call) {
+  VITDDP_CHECK(cuda::current_device() == device_, "ProcessGroupNccl: ", what, " called with cuda:",
+               cuda::current_device(), " current, but the group lives on cuda:", device_);
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->check(timeout_);
+  shared_->release_finished();
+  const uint64_t seq = next_seq_++;
+  ready_.record(cuda::current_stream());
+  ready_.block(comm_stream_.get());
+  ncclComm_t comm = shared_->comm.get();
+  ncclResult_t result = call(comm, comm_stream_.get());
+  if (result == ncclInProgress) result = wait_for_nccl(comm, timeout_);
+  if (result == ncclInProgress) {
+    shared_->fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank(), " of ", size(),
+                                       " could not be enqueued within the ", timeout_.count(),
+                                       " ms timeout; the communicator was aborted"),
+                        ErrorKind::kTimeout));
+  }
+  if (result != ncclSuccess) {
+    shared_->fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank(), " of ", size(),
+                                       " failed: ", ncclGetErrorString(result), last_error_text(comm),
+                                       "; the communicator was aborted"),
+                        result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorKind::kInternal
+                                                                                      : ErrorKind::kPeer));
+  }
+  auto done = std::make_shared<cuda::Event>(cuda::Event::create());
+  done->record(comm_stream_.get());
+  shared_->in_flight.push_back({seq, what, Clock::now(), done, std::move(keep)});
+  return std::make_shared<NcclWork>(shared_, done, timeout_);
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp op) {
+  check_tensor_arg(tensor, "ProcessGroupNccl::allreduce", op == ReduceOp::kSum);
+  const ncclDataType_t dtype = nccl_dtype(tensor.dtype());
+  const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : ncclAvg;
+  const size_t count = static_cast<size_t>(tensor.numel());
+  void* data = tensor.data_ptr();
+  const std::string what =
+      detail::concat("allreduce(", tensor.description(), ", ", op == ReduceOp::kSum ? "sum" : "avg", ")");
+  return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllReduce(data, data, count, dtype, nccl_op, comm, stream);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::broadcast(const Tensor& tensor, int root) {
+  check_tensor_arg(tensor, "ProcessGroupNccl::broadcast", true);
+  VITDDP_CHECK(root >= 0 && root < size(), "ProcessGroupNccl::broadcast: root ", root, " is outside [0, ", size(),
+               ")");
+  const ncclDataType_t dtype = nccl_dtype(tensor.dtype());
+  const size_t count = static_cast<size_t>(tensor.numel());
+  void* data = tensor.data_ptr();
+  const std::string what = detail::concat("broadcast(", tensor.description(), ", root ", root, ")");
+  return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
+    return ncclBroadcast(data, data, count, dtype, root, comm, stream);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::allgather(const Tensor& in, const Tensor& out) {
+  const char* op = "ProcessGroupNccl::allgather";
+  check_tensor_arg(in, op, true);
+  check_tensor_arg(out, op, true);
+  Shape expected = in.shape();
+  expected.insert(expected.begin(), size());
+  VITDDP_CHECK(out.dtype() == in.dtype() && out.shape() == expected, op, ": out must be ", dtype_name(in.dtype()),
+               " of shape (world=", size(), ", *in.shape()) for in ", in.description(), ", got ",
+               out.description());
+  const ncclDataType_t dtype = nccl_dtype(in.dtype());
+  const size_t count = static_cast<size_t>(in.numel());
+  const void* send = in.data_ptr();
+  void* recv = out.data_ptr();
+  const std::string what = detail::concat("allgather(", in.description(), ")");
+  return launch(what, {in, out}, [=](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllGather(send, recv, count, dtype, comm, stream);
+  });
+}
+
+void ProcessGroupNccl::barrier() {
+  VITDDP_CHECK(cuda::current_device() == device_, "ProcessGroupNccl::barrier: cuda:", cuda::current_device(),
+               " is current, but the group lives on cuda:", device_);
+  auto work = allreduce(barrier_buffer_, ReduceOp::kSum);
+  while (!work->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // done() checks health
+}
+
+}  // namespace vitddp

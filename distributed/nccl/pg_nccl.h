@@ -1,0 +1,126 @@
+// ProcessGroupNccl: collectives on CUDA tensors of one device over NCCL, on a dedicated
+// high-priority communication stream, with a watchdog that turns a stuck or failed collective
+// into an error instead of a hang.
+//
+// Flow of one collective (see Note [NCCL stream handshake] in the .cpp): record an event on the
+// caller's current stream -> the comm stream waits for it -> the NCCL op runs on the comm stream
+// -> a completion event is recorded. Work::wait() makes the caller's current stream wait for the
+// completion event (the host does not block); Work::done() queries it.
+//
+// Failure handling (see Note [NCCL watchdog]): the communicator is non-blocking, so its
+// initialisation and collectives can be aborted. A watchdog thread polls, every 100 ms, the
+// in-flight collectives and ncclCommGetAsyncError. A collective whose completion event has not
+// fired within ProcessGroupOptions::timeout (ErrorKind::kTimeout, naming the collective and its
+// sequence number) or an asynchronous NCCL error (ErrorKind::kPeer) aborts the communicator and
+// marks the group failed: from then on every call (collectives, Work::wait/done, check_health)
+// throws that error. ncclCommAbort can itself hang; if it has not returned after
+// kAbortGraceSeconds the process prints one line to stderr and exits with code 4.
+//
+// The rendezvous folder carries the ncclUniqueId from rank 0 to the others: use a fresh folder
+// per run, or a rank may read the id of an earlier run.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp {
+
+// Seconds a detached ncclCommAbort may take before the process gives up and exits with code 4.
+constexpr int kAbortGraceSeconds = 10;
+constexpr int kAbortHangExitCode = 4;
+
+// Move-only owner of one NCCL communicator. The destructor finalises and destroys it (bounded by
+// the timeout; warnings only, never throws); abort() hands it to a detached aborting thread.
+class NcclComm {
+ public:
+  NcclComm() = default;
+  // Non-blocking ncclCommInitRankConfig, then polls until the communicator is ready; throws
+  // kTimeout after `timeout` (aborting the half-made communicator) or kPeer on an NCCL error.
+  static NcclComm init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout);
+  ~NcclComm();
+  NcclComm(NcclComm&& o) noexcept;
+  NcclComm& operator=(NcclComm&& o) noexcept;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  ncclComm_t get() const { return comm_; }
+  // Starts ncclCommAbort on a detached thread and returns at once; get() is null afterwards.
+  // If the abort has not returned after kAbortGraceSeconds, the process prints one line to
+  // stderr and exits with kAbortHangExitCode. The destructor waits for a pending abort.
+  void abort(const std::string& reason);
+
+  struct AbortState;
+
+ private:
+  void finalize_and_destroy() noexcept;
+  void wait_for_abort() noexcept;
+  ncclComm_t comm_ = nullptr;
+  int device_ = 0;
+  std::chrono::milliseconds timeout_{0};
+  std::shared_ptr<AbortState> abort_;  // set once abort() has started
+};
+
+class ProcessGroupNccl final : public ProcessGroup {
+ public:
+  // On the calling thread's current CUDA device. Rank 0 makes the ncclUniqueId and writes it to
+  // the FileStore in options.rendezvous; the others read it (waiting up to options.timeout).
+  explicit ProcessGroupNccl(const ProcessGroupOptions& options);
+  // Stops the watchdog, then finalises the communicator (warnings only, never throws).
+  ~ProcessGroupNccl() override;
+  ProcessGroupNccl(const ProcessGroupNccl&) = delete;
+  ProcessGroupNccl& operator=(const ProcessGroupNccl&) = delete;
+
+  std::string backend() const override { return "nccl"; }
+  std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) override;
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override;
+  std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) override;
+  // Blocks the host until every rank has reached it (a one-element all-reduce), polling the
+  // group's health meanwhile, so it fails within the timeout instead of hanging.
+  void barrier() override;
+
+  // Throws the group's failure if it has one; otherwise checks the asynchronous NCCL error and
+  // the in-flight collectives against `timeout`, aborting and throwing (kPeer / kTimeout) on a
+  // problem. The watchdog calls it with the group's timeout every 100 ms; callers may call it
+  // whenever they like (cheap: one event query per in-flight collective).
+  void check_health(std::chrono::milliseconds timeout);
+  void check_health() { check_health(timeout_); }
+
+  int device() const { return device_; }
+  cudaStream_t comm_stream() const { return comm_stream_.get(); }
+
+  struct Shared;  // state shared with the Work handles and the watchdog (defined in the .cpp)
+
+ private:
+  using NcclCall = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
+  // The stream handshake around one NCCL call; `keep` stays alive until the collective is done.
+  std::shared_ptr<Work> launch(const std::string& what, std::vector<Tensor> keep, const NcclCall& call);
+  void check_tensor_arg(const Tensor& t, const char* op, bool allow_int) const;
+  void watchdog_loop();
+
+  int device_ = 0;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<Shared> shared_;
+  cuda::Stream comm_stream_;
+  cuda::Event ready_;  // recorded on the caller's stream before each collective
+  uint64_t next_seq_ = 0;
+  Tensor barrier_buffer_;  // f32[1] on device_
+
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_wake_;
+  bool watchdog_stop_ = false;  // guarded by watchdog_mutex_
+  std::thread watchdog_;
+};
+
+}  // namespace vitddp

@@ -1,0 +1,150 @@
+// ProcessGroupNccl on real GPUs. CUDA cannot be used in a child forked after the parent
+// initialised it, so these tests run one rank per thread (one GPU each) inside the test
+// process; NCCL supports that. They skip without a GPU (one rank) or without two (two ranks).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "common/gpu.h"
+#include "common/multiprocess.h"
+#include "distributed/process_group.h"
+#if VITDDP_WITH_NCCL
+#include "distributed/nccl/pg_nccl.h"
+#include "framework/cuda/stream.h"
+#endif
+
+namespace vitddp {
+namespace {
+
+#if VITDDP_WITH_NCCL
+
+using namespace std::chrono_literals;
+
+ProcessGroupOptions options_for(int rank, int world, const std::string& folder, std::chrono::milliseconds timeout) {
+  ProcessGroupOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.rendezvous = folder;
+  o.timeout = timeout;
+  return o;
+}
+
+Tensor rank_fill(int rank, int64_t n, DType dtype, int device) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = (rank + 1.0) * (i + 1.0);
+  return Tensor::from_vector(v, {n}, DType::kF32).to(dtype).to(Device::cuda(device));
+}
+
+// Largest |t[i] - scale (i + 1)| relative to scale (i + 1).
+double worst_relative(const Tensor& t, double scale) {
+  std::vector<double> v = t.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    double expected = scale * (i + 1.0);
+    worst = std::max(worst, std::fabs(v[i] - expected) / expected);
+  }
+  return worst;
+}
+
+// Runs body(rank, group) on `world` threads, thread r on cuda:r; returns each rank's error text
+// ("" when it finished).
+std::vector<std::string> run_threads(int world, std::chrono::milliseconds timeout,
+                                     const std::function<void(int, ProcessGroupNccl&)>& body) {
+  testing::TempFolder folder("vitddp_nccl");
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        cuda::set_device(rank);
+        ProcessGroupNccl group(options_for(rank, world, folder.path(), timeout));
+        body(rank, group);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void check_collectives(int rank, ProcessGroupNccl& pg) {
+  const int world = pg.size();
+  const double sum = world * (world + 1) / 2.0;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
+    const double tol = dtype == DType::kBF16 ? 1e-2 : 1e-6;
+    Tensor t = rank_fill(rank, 4096, dtype, pg.device());
+    pg.allreduce(t, ReduceOp::kSum)->wait();
+    EXPECT_LT(worst_relative(t, sum), tol) << dtype_name(dtype);  // to_vector syncs the current stream
+    Tensor a = rank_fill(rank, 4096, dtype, pg.device());
+    pg.allreduce(a, ReduceOp::kAvg)->wait();
+    EXPECT_LT(worst_relative(a, sum / world), tol) << dtype_name(dtype);
+  }
+  Tensor b = rank == world - 1 ? rank_fill(2, 1000, DType::kF32, pg.device())
+                               : Tensor::full({1000}, -1.0, DType::kF32, Device::cuda(pg.device()));
+  pg.broadcast(b, world - 1)->wait();
+  EXPECT_EQ(worst_relative(b, 3.0), 0.0);
+  Tensor in = rank_fill(rank, 6, DType::kF32, pg.device());
+  Tensor out = Tensor::zeros({world, 6}, DType::kF32, Device::cuda(pg.device()));
+  pg.allgather(in, out)->wait();
+  std::vector<double> v = out.to_vector();
+  for (int r = 0; r < world; ++r)
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(v[r * 6 + i], (r + 1.0) * (i + 1.0)) << r << "," << i;
+  pg.barrier();
+  pg.check_health();
+}
+
+TEST(Nccl, OneRankCollectives) {
+  VITDDP_REQUIRE_GPU();
+  auto errors = run_threads(1, 60000ms, check_collectives);
+  EXPECT_EQ(errors[0], "");
+}
+
+TEST(Nccl, TwoRanksCollectives) {
+  VITDDP_REQUIRE_GPU();
+  if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  auto errors = run_threads(2, 60000ms, check_collectives);
+  EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
+}
+
+// Rank 1 never joins rank 0's all-reduce: the watchdog must abort rank 0's communicator after
+// the 2 s timeout, and rank 0's next call must throw kTimeout naming the collective.
+TEST(Nccl, MissingPeerTimesOutAndAborts) {
+  VITDDP_REQUIRE_GPU();
+  if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  ErrorKind kind = ErrorKind::kUser;
+  std::string what;
+  auto errors = run_threads(2, 2000ms, [&](int rank, ProcessGroupNccl& pg) {
+    pg.barrier();  // both communicators are connected
+    if (rank == 1) {
+      std::this_thread::sleep_for(4s);
+      return;
+    }
+    Tensor t = rank_fill(rank, 1024, DType::kF32, pg.device());
+    const auto start = std::chrono::steady_clock::now();
+    auto work = pg.allreduce(t, ReduceOp::kSum);
+    try {
+      while (!work->done()) std::this_thread::sleep_for(10ms);
+    } catch (const Error& e) {
+      kind = e.kind();
+      what = e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  });
+  EXPECT_EQ(kind, ErrorKind::kTimeout) << what;
+  EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
+  EXPECT_NE(what.find("#1"), std::string::npos) << what;  // #0 was the barrier
+  EXPECT_EQ(errors[1], "");
+}
+
+#else
+
+TEST(Nccl, FactoryExplainsAMissingBackend) {
+  EXPECT_TRUE(testing::throws_with([] { make_nccl_process_group(ProcessGroupOptions{}); }, {"no NCCL"}));
+}
+
+#endif
+
+}  // namespace
+}  // namespace vitddp
