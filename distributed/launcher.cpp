@@ -104,6 +104,14 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
 
   int first_failure = 0;
   int alive = options.processes;
+  // Each rank's exit: the root cause is the first failure that is not a consequence of another
+  // (a rank reporting a dead peer, or one the launcher stopped).
+  struct Exit {
+    int rank;
+    int code;
+    std::string how;
+  };
+  std::vector<Exit> failures;
   auto stop_all = [&](int sig) {
     for (pid_t pid : pids)
       if (pid > 0) kill(pid, sig);
@@ -129,6 +137,11 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
           pids[i] = -1;
         }
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0)
+        failures.push_back({rank, code, WIFEXITED(status) ? "exited with status " + std::to_string(code)
+                                                          : std::string("was killed by signal ") +
+                                                                std::to_string(WTERMSIG(status)) + " (" +
+                                                                strsignal(WTERMSIG(status)) + ")"});
       if (code != 0 && first_failure == 0) {
         first_failure = code;
         if (WIFEXITED(status))
@@ -151,6 +164,14 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   }
   std::error_code ignored;
   std::filesystem::remove_all(rendezvous, ignored);
+  // Ranks fail together when one dies; name the one that started it.
+  const int kPeerFailure = 3;
+  for (const Exit& e : failures) {
+    if (e.code == kPeerFailure || e.code == 128 + SIGTERM || e.code == 128 + SIGKILL) continue;
+    if (&e != &failures.front())
+      log << "launcher: rank " << e.rank << " " << e.how << " (the first failure; the others followed)\n";
+    return e.code;
+  }
   return first_failure;
 }
 

@@ -23,12 +23,15 @@ torchrun2=(python3 -m torch.distributed.run --standalone --nproc_per_node=2 "$re
 
 NCCL_P2P_DISABLE=0 ours --gpus 1
 NCCL_P2P_DISABLE=0 theirs python3 "$reference"
+# DDP_HOOK_LINKS: the NCCL_P2P_DISABLE values for which the bf16-hook rows run too.
 for p2p in 0 1; do
   for mb in "${buckets[@]}"; do
     NCCL_P2P_DISABLE=$p2p ours --gpus 2 --bucket-mb "$mb"
     NCCL_P2P_DISABLE=$p2p theirs "${torchrun2[@]}" --bucket-mb "$mb" --static-graph --grad-as-bucket-view
   done
-  NCCL_P2P_DISABLE=$p2p ours --gpus 2 --bucket-mb 100 --hook bf16
-  NCCL_P2P_DISABLE=$p2p theirs "${torchrun2[@]}" --bucket-mb 100 --static-graph --grad-as-bucket-view --hook bf16
+  case " ${DDP_HOOK_LINKS:-0 1} " in *" $p2p "*)
+    NCCL_P2P_DISABLE=$p2p ours --gpus 2 --bucket-mb 100 --hook bf16
+    NCCL_P2P_DISABLE=$p2p theirs "${torchrun2[@]}" --bucket-mb 100 --static-graph --grad-as-bucket-view --hook bf16 ;;
+  esac
 done
 python3 "$(dirname "$0")/bench_table.py" "$results"

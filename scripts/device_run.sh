@@ -14,17 +14,20 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
   || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "build ok (commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
-(cd build-gpu && ctest -L gpu -V > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
+(cd build-gpu && ctest -L gpu -V ${GPU_TEST_FILTER:+-R "$GPU_TEST_FILTER"} > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
 grep -E "loss torchvision|gradients compared" "$OUT/gpu_tests.log"
 grep -E "tests passed|\(Failed\)|FAILED" "$OUT/gpu_tests.log" | tail -15
 if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
   (cd build-gpu && ctest -L cpu -j 8 --output-on-failure > "$OUT/cpu_tests.log" 2>&1); echo "cpu tests exit $?"
   grep -E "tests passed|\(Failed\)" "$OUT/cpu_tests.log" | tail -10
 fi
-for p in ${BREAKDOWN_PRECISIONS:-fp32 bf16}; do
+for p in ${BREAKDOWN_PRECISIONS-fp32 bf16}; do
   build-gpu/bin/train --gpus 1 --data gpu --precision "$p" --warmup 3 --steps 5 --print-every 0 --op-breakdown \
     > "$OUT/breakdown_$p.log" 2>&1; echo "breakdown $p exit $?"; head -25 "$OUT/breakdown_$p.log" | grep -E "summary|ms "
 done
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   OUT="$OUT" bash scripts/bench_single_gpu.sh build-gpu .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-fp32 tf32}
+fi
+if [ -n "${DDP_BENCH:-}" ]; then  # e.g. DDP_BENCH="fp32 25 100"
+  OUT="$OUT" bash scripts/bench_ddp.sh build-gpu .deps/anchors/torch_ddp_vit.py $DDP_BENCH
 fi
