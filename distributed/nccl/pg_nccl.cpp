@@ -1,5 +1,8 @@
 #include "distributed/nccl/pg_nccl.h"
 
+#include <map>
+#include <mutex>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -87,7 +90,15 @@ ncclDataType_t nccl_dtype(DType dtype) {
   throw Error("unknown dtype", ErrorKind::kInternal);
 }
 
-std::atomic<int> g_group_count{0};
+// Groups created so far per (rendezvous folder, rank). Every rank creates its groups in the
+// same order, so the count names the same group on all ranks, also when several ranks live in
+// one process (one thread per GPU).
+int next_group_instance(const std::string& rendezvous, int rank) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, int>, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  return counts[{rendezvous, rank}]++;
+}
 
 }  // namespace
 
@@ -317,8 +328,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   VITDDP_CHECK(options.timeout.count() > 0, "ProcessGroupNccl: the timeout must be positive, got ",
                options.timeout.count(), " ms");
   device_ = cuda::current_device();
-  // Every rank creates its groups in the same order, so the count names the same group on all.
-  const int instance = g_group_count.fetch_add(1);
+  const int instance = next_group_instance(options.rendezvous, options.rank);
 
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
