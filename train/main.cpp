@@ -24,9 +24,10 @@ int main(int argc, char** argv) {
       launch.argv.assign(argv, argv + argc);
       return launch_workers(launch, std::cerr);
     }
+    // Under a launcher, --gpus / --procs count the processes per machine.
     if (env.distributed && processes > 0)
-      VITDDP_CHECK(env.world_size == processes, "--", config.gpus > 0 ? "gpus " : "procs ", processes,
-                   " but the launcher started ", env.world_size, " ranks (", env.source, " variables)");
+      VITDDP_CHECK(env.local_rank < processes, "--", config.gpus > 0 ? "gpus " : "procs ", processes,
+                   " per machine, but this rank's local rank is ", env.local_rank, " (", env.source, " variables)");
     RunResult result = run_training(config, env, std::cout);
     if (config.json && env.rank == 0) std::cout << result.to_json(config).dump() << std::endl;
     return kExitOk;

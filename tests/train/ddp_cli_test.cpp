@@ -66,6 +66,9 @@ TEST(DdpCli, BadRankEnvironmentIsAClearError) {
   Outcome o = run("RANK=3 WORLD_SIZE=2 VITDDP_RENDEZVOUS=/tmp", "--steps 1 " + kTiny);
   EXPECT_EQ(o.code, 2) << o.out;
   EXPECT_NE(o.out.find("RANK=3 is not below WORLD_SIZE=2"), std::string::npos) << o.out;
+  o = run("RANK=0 LOCAL_RANK=3 WORLD_SIZE=4 VITDDP_RENDEZVOUS=/tmp", "--procs 2 --steps 1 " + kTiny);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("this rank's local rank is 3"), std::string::npos) << o.out;
   o = run("RANK=x WORLD_SIZE=2", "--steps 1 " + kTiny);
   EXPECT_EQ(o.code, 2) << o.out;
   EXPECT_NE(o.out.find("RANK='x'"), std::string::npos) << o.out;
