@@ -10,6 +10,7 @@
 #include "framework/io/safetensors.h"
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
+#include "framework/ops/elementwise.h"
 #include "framework/optim/optimizer.h"
 #include "models/vit/vit.h"
 #include "train/ddp_wiring.h"
@@ -28,13 +29,15 @@ struct GlobalBatch {
 };
 
 // The same global batch of world * kPerRank samples for every process, per step.
-GlobalBatch global_batch(int step, int world) {
+// `samples` = world * accumulate * kPerRank rows; rank r's micro-batch m is the slice starting at
+// row (r * accumulate + m) * kPerRank.
+GlobalBatch global_batch(int step, int64_t samples) {
   Generator gen(1000 + step);
   GlobalBatch b;
-  b.images = random_tensor({world * kPerRank, 3, 32, 32}, gen, DType::kF32);
+  b.images = random_tensor({samples, 3, 32, 32}, gen, DType::kF32);
   std::vector<int64_t> labels;
-  for (int64_t i = 0; i < world * kPerRank; ++i) labels.push_back(static_cast<int64_t>(gen.next_u64() % 10));
-  b.labels = Tensor::from_vector_i64(labels, {world * kPerRank});
+  for (int64_t i = 0; i < samples; ++i) labels.push_back(static_cast<int64_t>(gen.next_u64() % 10));
+  b.labels = Tensor::from_vector_i64(labels, {samples});
   return b;
 }
 
@@ -46,13 +49,13 @@ std::unique_ptr<VisionTransformer> make_model() {
 }
 
 // Single process, whole batch: the reference weights after kSteps.
-std::vector<double> reference(int world) {
+std::vector<double> reference(int64_t samples) {
   auto model = make_model();
   NamedTensors params = model->named_parameters();
   ParamArena arena(params, Device::cpu());
   auto sgd = make_sgd(arena, SgdConfig{0.1, 0.9, 0.0});
   for (int step = 0; step < kSteps; ++step) {
-    GlobalBatch b = global_batch(step, world);
+    GlobalBatch b = global_batch(step, samples);
     arena.zero_grad();
     cross_entropy(model->forward(b.images), b.labels).backward();
     sgd->step();
@@ -76,14 +79,21 @@ int run_rank(int rank, int world, const std::string& folder, const TrainConfig& 
   ParamArena arena(params, device);
   Ddp ddp = setup_ddp(config, env, device, arena);
   auto sgd = make_sgd(arena, SgdConfig{0.1, 0.9, 0.0});
+  const int64_t k = config.accumulate;
   for (int step = 0; step < kSteps; ++step) {
-    GlobalBatch b = global_batch(step, world);
-    Tensor images = b.images.as_strided({kPerRank, 3, 32, 32}, b.images.strides(), rank * kPerRank * 3 * 32 * 32);
-    Tensor labels = b.labels.as_strided({kPerRank}, {1}, rank * kPerRank);
+    GlobalBatch b = global_batch(step, world * k * kPerRank);
     arena.zero_grad();
-    ddp.reducer->prepare_for_backward();
-    cross_entropy(model->forward(images.contiguous().to(device)), labels.contiguous().to(device)).backward();
-    ddp.reducer->finalize();
+    // As the trainer: K micro-batches, the loss scaled by 1/K, only the last one communicates.
+    for (int64_t micro = 0; micro < k; ++micro) {
+      const int64_t row = (rank * k + micro) * kPerRank;
+      Tensor images = b.images.as_strided({kPerRank, 3, 32, 32}, b.images.strides(), row * 3 * 32 * 32);
+      Tensor labels = b.labels.as_strided({kPerRank}, {1}, row);
+      ddp.reducer->set_sync(micro + 1 == k);
+      ddp.reducer->prepare_for_backward();
+      Tensor loss = cross_entropy(model->forward(images.contiguous().to(device)), labels.contiguous().to(device));
+      scale(loss, 1.0 / static_cast<double>(k)).backward();
+      ddp.reducer->finalize();
+    }
     sgd->step();
     write_safetensors(folder + "/rank" + std::to_string(rank) + "_step" + std::to_string(step) + ".safetensors",
                       {{"w", arena.flat_master().to(Device::cpu())}});
@@ -122,7 +132,7 @@ void check_ddp_equivalence(int world, DeviceType device_type, const TrainConfig&
       ASSERT_EQ(weights_of(folder.path(), r, step), rank0) << "rank " << r << " differs from rank 0 after step " << step;
   }
   if (tolerance < 0) return;  // an approximation (PowerSGD): ranks must agree, no reference
-  double e = relative_error(weights_of(folder.path(), 0, kSteps - 1), reference(world));
+  double e = relative_error(weights_of(folder.path(), 0, kSteps - 1), reference(world * config.accumulate * kPerRank));
   EXPECT_LE(e, tolerance) << "relative error against one process on the whole batch";
 }
 

@@ -34,6 +34,13 @@ TEST(DdpGloo, FourRanksEqualOneProcess) {
   check_ddp_equivalence(4, DeviceType::kCPU, config, 1e-5, "4 ranks");
 }
 
+TEST(DdpGloo, GradientAccumulationEqualsOneProcessOnAllMicroBatches) {
+  TrainConfig config;
+  config.bucket_mb = 0.05;
+  config.accumulate = 3;
+  check_ddp_equivalence(2, DeviceType::kCPU, config, 1e-5, "accumulate 3");
+}
+
 TEST(DdpGloo, PowerSgdRanksStayIdentical) {
   for (int64_t rank : {1, 2}) {
     TrainConfig config;
