@@ -6,13 +6,11 @@
 namespace vitddp::cuda {
 namespace {
 
-// One block per row: row_loss[r] = logsumexp(x_r) - x_r[label_r].
+// The row's max and sum of exp(x - max), reduced over the block (every thread gets both).
 template <typename T>
-__global__ void row_loss_kernel(const T* logits, const int64_t* labels, int64_t c, float* row_loss) {
+__device__ float2 row_max_and_sum_exp(const T* x, int64_t c) {
   __shared__ float scratch[32];
   __shared__ float row_max;
-  const int64_t r = blockIdx.x;
-  const T* x = logits + r * c;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, to_f(x[j]));
   m = warp_max(m);
@@ -27,7 +25,16 @@ __global__ void row_loss_kernel(const T* logits, const int64_t* labels, int64_t 
   const float mx = row_max;
   float s = 0.0f;
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(to_f(x[j]) - mx);
-  s = block_sum(s, scratch);
+  return make_float2(mx, block_sum(s, scratch));
+}
+
+// One block per row: row_loss[r] = logsumexp(x_r) - x_r[label_r].
+template <typename T>
+__global__ void row_loss_kernel(const T* logits, const int64_t* labels, int64_t c, float* row_loss) {
+  const int64_t r = blockIdx.x;
+  const T* x = logits + r * c;
+  const float2 stats = row_max_and_sum_exp(x, c);
+  const float mx = stats.x, s = stats.y;
   if (threadIdx.x == 0) {
     const int64_t label = labels[r];
     row_loss[r] = (label < 0 || label >= c) ? NAN : logf(s) + mx - to_f(x[label]);
@@ -47,25 +54,10 @@ __global__ void mean_kernel(const float* row_loss, int64_t rows, T* loss) {
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* logits, const int64_t* labels, const T* dloss, int64_t rows,
                                               int64_t c, T* dlogits) {
-  __shared__ float scratch[32];
-  __shared__ float row_max;
   const int64_t r = blockIdx.x;
   const T* x = logits + r * c;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, to_f(x[j]));
-  m = warp_max(m);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mm = -INFINITY;
-    for (int w = 0; w < (blockDim.x + 31) / 32; ++w) mm = fmaxf(mm, scratch[w]);
-    row_max = mm;
-  }
-  __syncthreads();
-  const float mx = row_max;
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(to_f(x[j]) - mx);
-  s = block_sum(s, scratch);
+  const float2 stats = row_max_and_sum_exp(x, c);
+  const float mx = stats.x, s = stats.y;
   const float g = to_f(dloss[0]) / rows, inv = 1.0f / s;
   const int64_t label = labels[r];
   for (int64_t j = threadIdx.x; j < c; j += blockDim.x)

@@ -137,6 +137,26 @@ void check_ddp_equivalence(int world, DeviceType device_type, const TrainConfig&
 }
 
 
+void check_bucket_layouts_and_hooks(int world, DeviceType device_type) {
+  for (bool view : {true, false}) {
+    for (double mb : {0.02, 100.0}) {  // many small buckets / one bucket
+      TrainConfig config;
+      config.bucket_mb = mb;
+      config.first_bucket_mb = mb / 4;
+      config.grad_as_bucket_view = view;
+      config.static_graph = mb > 1;
+      check_ddp_equivalence(world, device_type, config, 1e-5,
+                            "view " + std::to_string(view) + ", bucket " + std::to_string(mb) + " MB");
+    }
+  }
+  for (const char* hook : {"fp16", "bf16"}) {
+    TrainConfig config;
+    config.bucket_mb = 0.05;
+    config.hook = hook;
+    check_ddp_equivalence(world, device_type, config, std::string(hook) == "fp16" ? 2e-3 : 1e-2, hook);
+  }
+}
+
 int gpus_without_cuda_init() {
   FILE* pipe = popen("nvidia-smi -L 2>/dev/null", "r");
   if (!pipe) return 0;

@@ -19,6 +19,10 @@ namespace vitddp::testing {
 void check_ddp_equivalence(int world, DeviceType device_type, const TrainConfig& config, double tolerance,
                            const std::string& what);
 
+// The layouts every backend must get right: gradients as bucket views or copied, many small
+// buckets or one; then the fp16 and bf16 hooks (within their rounding).
+void check_bucket_layouts_and_hooks(int world, DeviceType device_type);
+
 // GPUs visible to a child process, counted without initialising CUDA in this one.
 int gpus_without_cuda_init();
 

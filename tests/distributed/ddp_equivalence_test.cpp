@@ -15,17 +15,8 @@ namespace {
 
 using testing::check_ddp_equivalence;
 
-TEST(DdpGloo, TwoRanksEqualOneProcessForEveryBucketLayout) {
-  for (bool view : {true, false}) {
-    for (double mb : {0.02, 100.0}) {  // many small buckets / one bucket
-      TrainConfig config;
-      config.bucket_mb = mb;
-      config.first_bucket_mb = mb / 4;
-      config.grad_as_bucket_view = view;
-      config.static_graph = mb > 1;
-      check_ddp_equivalence(2, DeviceType::kCPU, config, 1e-5, "view " + std::to_string(view) + ", bucket " + std::to_string(mb) + " MB");
-    }
-  }
+TEST(DdpGloo, TwoRanksEqualOneProcessForEveryBucketLayoutAndHook) {
+  testing::check_bucket_layouts_and_hooks(2, DeviceType::kCPU);
 }
 
 TEST(DdpGloo, FourRanksEqualOneProcess) {
@@ -49,15 +40,6 @@ TEST(DdpGloo, PowerSgdRanksStayIdentical) {
     config.powersgd_rank = rank;
     config.powersgd_start_iter = 1;
     check_ddp_equivalence(2, DeviceType::kCPU, config, -1, "powersgd rank " + std::to_string(rank));
-  }
-}
-
-TEST(DdpGloo, CompressionHooksStayWithinTheirRoundingAndRanksAgree) {
-  for (const char* hook : {"fp16", "bf16"}) {
-    TrainConfig config;
-    config.bucket_mb = 0.05;
-    config.hook = hook;
-    check_ddp_equivalence(2, DeviceType::kCPU, config, std::string(hook) == "fp16" ? 2e-3 : 1e-2, hook);
   }
 }
 
