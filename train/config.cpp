@@ -38,6 +38,7 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
       {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
+      {"nonfinite", &c.nonfinite, "a NaN or Inf gradient: stop (exit 5, naming the parameter) or skip the step"},
       {"model", &c.model, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto"},
       {"image-size", &c.image_size, "override the model's image size"},
       {"patch-size", &c.patch_size, "override the model's patch size"},
@@ -169,6 +170,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
   VITDDP_CHECK(accumulate >= 1, "--accumulate must be >= 1, got ", accumulate);
   VITDDP_CHECK(timeout > 0, "--timeout must be > 0 seconds, got ", timeout);
+  VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");
   for (auto [v, name] : {std::pair{image_size, "--image-size"}, {patch_size, "--patch-size"}, {layers, "--layers"},
                          {heads, "--heads"}, {hidden_dim, "--hidden-dim"}, {mlp_dim, "--mlp-dim"},
                          {classes, "--classes"}})

@@ -49,7 +49,8 @@ struct TrainConfig {
   bool static_graph = false;
   bool find_unused_parameters = false;
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
-  double timeout = 300.0;          // seconds a collective may take before the run is stopped
+  double timeout = 300.0;
+  std::string nonfinite = "stop";  // a NaN/Inf gradient: stop the run (exit 5) or skip the step          // seconds a collective may take before the run is stopped
   // output
   bool json = false;
   int64_t print_every = 1;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "framework/optim/nonfinite.h"
+
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/check.h"
 #include "framework/cuda/host_memory.h"
@@ -13,12 +15,16 @@ namespace {
 
 class WallClock final : public StepClock {
  public:
-  explicit WallClock(int64_t total) : ends_(total + 1), losses_(total) { ends_[0] = Clock::now(); }
-  void end_step(int64_t step, const Tensor& loss) override {
+  explicit WallClock(int64_t total) : ends_(total + 1), losses_(total), flags_(total, kNoNonfinite) {
+    ends_[0] = Clock::now();
+  }
+  void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite) override {
     losses_[step] = loss.item();
+    if (nonfinite.defined()) flags_[step] = nonfinite.to(Device::cpu()).data<int64_t>()[0];
     ends_[step + 1] = Clock::now();
   }
   double loss(int64_t step) override { return losses_[step]; }
+  int64_t nonfinite(int64_t step) override { return flags_[step]; }
   std::vector<double> step_seconds(int64_t first, int64_t last) override {
     std::vector<double> out;
     for (int64_t s = first; s <= last; ++s) out.push_back(seconds(ends_[s], ends_[s + 1]));
@@ -31,23 +37,33 @@ class WallClock final : public StepClock {
   static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
   std::vector<Clock::time_point> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
   std::vector<double> losses_;
+  std::vector<int64_t> flags_;
 };
 
 #if VITDDP_WITH_CUDA
 class CudaEventClock final : public StepClock {
  public:
   explicit CudaEventClock(int64_t total)
-      : host_losses_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())) {
+      : host_losses_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())),
+        host_flags_(Tensor::empty_with({total}, DType::kI64, cuda::pinned_host_allocator())) {
+    host_flags_.fill_(static_cast<double>(kNoNonfinite));
     for (int64_t i = 0; i <= total; ++i) ends_.push_back(cuda::Event::create(/*timing=*/true));
     ends_[0].record(cuda::current_stream());
   }
-  void end_step(int64_t step, const Tensor& loss) override {
+  void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite) override {
     Tensor slot = host_losses_.as_strided({}, {}, step);
     Tensor value = loss.dtype() == DType::kF32 ? loss : loss.to(DType::kF32);
-    // Pinned destination: an asynchronous copy, read after the step's event.
+    // Pinned destinations: asynchronous copies, read after the step's event.
     CUDA_CHECK(cudaMemcpyAsync(slot.data_ptr(), value.data_ptr(), sizeof(float), cudaMemcpyDeviceToHost,
                                cuda::current_stream()));
+    if (nonfinite.defined())
+      CUDA_CHECK(cudaMemcpyAsync(host_flags_.as_strided({}, {}, step).data_ptr(), nonfinite.data_ptr(),
+                                 sizeof(int64_t), cudaMemcpyDeviceToHost, cuda::current_stream()));
     ends_[step + 1].record(cuda::current_stream());
+  }
+  int64_t nonfinite(int64_t step) override {
+    ends_[step + 1].synchronize();
+    return host_flags_.data<int64_t>()[step];
   }
   double loss(int64_t step) override {
     ends_[step + 1].synchronize();
@@ -69,6 +85,7 @@ class CudaEventClock final : public StepClock {
  private:
   std::vector<cuda::Event> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
   Tensor host_losses_;             // (total) f32, pinned
+  Tensor host_flags_;              // (total) i64, pinned
 };
 #endif
 

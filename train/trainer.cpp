@@ -17,6 +17,7 @@
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cast.h"
 #include "framework/ops/cross_entropy.h"
+#include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
 #include "framework/core/random.h"
 #include "framework/ops/elementwise.h"
@@ -131,6 +132,7 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   j["steps_per_s"] = steps_per_s;
   j["images_per_s"] = images_per_s;
   j["world_size"] = world_size;
+  j["skipped_steps"] = skipped_steps;
   const char* p2p = std::getenv("NCCL_P2P_DISABLE");
   j["nccl_p2p_disable"] = p2p ? p2p : "0";
   j["median_step_ms"] = median_step_ms;
@@ -188,21 +190,24 @@ nlohmann::json op_breakdown(const Device& device, StepFn&& step, std::ostream& o
 }
 
 // Test hook for fault handling: VITDDP_FAULT="RANK:STEP:exit" makes that rank exit with
-// status 7 at the start of that step; "RANK:STEP:hang" makes it sleep there forever.
-void inject_fault(int rank, int64_t step) {
+// status 7 at the start of that step; "RANK:STEP:hang" makes it sleep there forever;
+// "RANK:STEP:nan" makes its loss (so its gradients) NaN in that step. Returns true for "nan".
+bool inject_fault(int rank, int64_t step) {
   static const char* spec = std::getenv("VITDDP_FAULT");
-  if (!spec) return;
+  if (!spec) return false;
   int fault_rank = -1;
   long long fault_step = -1;
   char kind[16] = {};
-  if (std::sscanf(spec, "%d:%lld:%15s", &fault_rank, &fault_step, kind) != 3) return;
-  if (fault_rank != rank || fault_step != step) return;
+  if (std::sscanf(spec, "%d:%lld:%15s", &fault_rank, &fault_step, kind) != 3) return false;
+  if (fault_rank != rank || fault_step != step) return false;
+  if (std::string(kind) == "nan") return true;
   if (std::string(kind) == "exit") {
     std::fprintf(stderr, "train: rank %d: VITDDP_FAULT: exiting at step %lld\n", rank, fault_step);
     std::_Exit(7);
   }
   if (std::string(kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  return false;
 }
 
 double median(std::vector<double> v) {
@@ -276,10 +281,23 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   Allocator& allocator = allocator_for(device);
   const int64_t total = config.warmup + config.steps;
   std::unique_ptr<StepClock> clock = make_step_clock(device, total);
+  NonfiniteCheck nonfinite(arena);
+  optimizer->set_skip_flag(nonfinite.flag());
   // Reports step s once its loss is known; on the GPU that is one step later (see StepClock).
   auto report = [&](int64_t s) {
     double loss_value = clock->loss(s);
-    VITDDP_CHECK(std::isfinite(loss_value), "step ", s + 1, ": loss is ", loss_value);
+    const int64_t bad = clock->nonfinite(s);
+    if (bad != kNoNonfinite) {
+      const std::string where = "step " + std::to_string(s + 1) + " (rank " + std::to_string(env.rank) +
+                                "): non-finite gradient in " + nonfinite.parameter_at(bad) + " (loss " +
+                                std::to_string(loss_value) + "); the update was not applied";
+      if (config.nonfinite == "stop")
+        throw Error(where + ". --nonfinite skip skips such steps instead", ErrorKind::kNumeric);
+      out << where << ": step skipped\n";
+      ++result.skipped_steps;
+    } else if (!std::isfinite(loss_value)) {
+      throw Error("step " + std::to_string(s + 1) + ": loss is " + std::to_string(loss_value), ErrorKind::kNumeric);
+    }
     result.losses.push_back(loss_value);
     if (config.print_every > 0 && (s % config.print_every == 0 || s == total - 1)) {
       double dt = clock->step_seconds(s, s)[0];
@@ -291,6 +309,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     }
   };
   // One optimizer step: `accumulate` micro-batches, of which only the last communicates.
+  bool poison_loss = false;  // VITDDP_FAULT ...:nan
   auto train_step = [&] {
     arena.zero_grad();
     Tensor step_loss;
@@ -301,6 +320,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // The loss runs in f32 whatever the compute dtype, as autocast does.
       Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
       if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
+      if (poison_loss) loss = scale(loss, std::nan(""));
       if (ddp.reducer) {
         ddp.reducer->set_sync(sync);
         ddp.reducer->prepare_for_backward();
@@ -309,14 +329,15 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       if (ddp.reducer) ddp.reducer->finalize();
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }
-    optimizer->step();
+    nonfinite.run();    // on every rank the same answer: the gradients are all-reduced
+    optimizer->step();  // skipped (on the device) when the check found a NaN or Inf
     return step_loss;
   };
   for (int64_t step = 0; step < total; ++step) {
-    inject_fault(env.rank, step);
+    poison_loss = inject_fault(env.rank, step);
     if (step == config.warmup) allocator.reset_peak(device.index);
     Tensor loss = train_step();
-    clock->end_step(step, loss);
+    clock->end_step(step, loss, nonfinite.flag());
     if (step > 0) report(step - 1);
   }
   report(total - 1);

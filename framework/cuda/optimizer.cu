@@ -8,7 +8,9 @@ namespace vitddp::cuda {
 namespace {
 
 template <typename G, typename P>
-__global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, float lr, float mu, float wd) {
+__global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, float lr, float mu, float wd,
+                           const int64_t* skip) {
+  if (skip && *skip != INT64_MAX) return;
   VITDDP_GRID_STRIDE_LOOP(i, n) {
     float w = p[i];
     float d = to_f(g[i]) + wd * w;
@@ -24,7 +26,8 @@ __global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, 
 
 template <typename G, typename P>
 __global__ void adamw_kernel(float* p, const G* g, P* p16, float* m, float* v, int64_t n, float decay, float b1,
-                             float b2, float eps, float step_size, float inv_sqrt_bc2) {
+                             float b2, float eps, float step_size, float inv_sqrt_bc2, const int64_t* skip) {
+  if (skip && *skip != INT64_MAX) return;
   VITDDP_GRID_STRIDE_LOOP(i, n) {
     float gi = to_f(g[i]);
     float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -53,7 +56,7 @@ void sgd_step(const FlatBuffers& b, float* momentum, float lr, float mu, float w
     using G = decltype(g);
     using P = decltype(p);
     sgd_kernel<G, P><<<grid_for(b.n), kThreads, 0, current_stream()>>>(
-        b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), momentum, b.n, lr, mu, wd);
+        b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), momentum, b.n, lr, mu, wd, b.skip_if_set);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -66,7 +69,7 @@ void adamw_step(const FlatBuffers& b, float* exp_avg, float* exp_avg_sq, float d
     using P = decltype(p);
     adamw_kernel<G, P><<<grid_for(b.n), kThreads, 0, current_stream()>>>(
         b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), exp_avg, exp_avg_sq, b.n, decay, beta1,
-        beta2, eps, step_size, inv_sqrt_bc2);
+        beta2, eps, step_size, inv_sqrt_bc2, b.skip_if_set);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -16,6 +16,8 @@ struct FlatBuffers {
   void* params16 = nullptr;    // (n) in params16_dtype, or null without mixed precision
   DType params16_dtype = DType::kBF16;
   int64_t n = 0;
+  // Device flag (optim/nonfinite.h): when it holds anything but INT64_MAX the update is skipped.
+  const int64_t* skip_if_set = nullptr;
 };
 
 // PyTorch SGD: d = g + wd p; with a momentum buffer (may be null) buf = mu buf + d, d = buf;

@@ -27,6 +27,7 @@ class AdamW final : public Optimizer {
   NamedTensors state() const override { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
 
   void step() override {
+    if (skip_on_host()) return;
     ++step_count_;
     float* p = arena_.flat_master().data<float>();  // (numel)
     const void* grads = arena_.flat_grads().data_ptr();
@@ -41,7 +42,7 @@ class AdamW final : public Optimizer {
                 eps = static_cast<float>(config_.eps);
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::adamw_step(flat_buffers(arena_), m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2);
+      cuda::adamw_step(flat_buffers(arena_, device_skip_flag()), m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2);
       return;
 #endif
     }

@@ -7,7 +7,7 @@
 
 namespace vitddp {
 
-inline cuda::FlatBuffers flat_buffers(const ParamArena& arena) {
+inline cuda::FlatBuffers flat_buffers(const ParamArena& arena, const int64_t* skip_if_set) {
   cuda::FlatBuffers b;
   b.master = arena.flat_master().data<float>();
   b.grads = arena.flat_grads().data_ptr();
@@ -17,6 +17,7 @@ inline cuda::FlatBuffers flat_buffers(const ParamArena& arena) {
     b.params16_dtype = arena.flat_params().dtype();
   }
   b.n = arena.numel();
+  b.skip_if_set = skip_if_set;
   return b;
 }
 

@@ -34,11 +34,19 @@ class Optimizer {
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps) { step_count_ = steps; }
   void set_lr(double lr) { lr_ = lr; }
+  // With a flag from NonfiniteCheck, step() does nothing when the flag is set (on the GPU the
+  // kernel reads it, so the host never waits). The step count still advances on the GPU.
+  void set_skip_flag(const Tensor& flag) { skip_flag_ = flag; }
   double lr() const { return lr_; }
 
  protected:
+  // CPU: whether the flag says to skip (reads it; the CPU has nothing to wait for).
+  bool skip_on_host() const;
+  const int64_t* device_skip_flag() const { return skip_flag_.defined() ? skip_flag_.data<int64_t>() : nullptr; }
+
   int64_t step_count_ = 0;
   double lr_ = 0;
+  Tensor skip_flag_;
 };
 
 // PyTorch's SGD (dampening 0, no Nesterov): g += wd * p; buf = momentum * buf + g; p -= lr * buf.

@@ -28,6 +28,7 @@ class Sgd final : public Optimizer {
   }
 
   void step() override {
+    if (skip_on_host()) return;
     float* p = arena_.flat_master().data<float>();  // (numel)
     const void* grads = arena_.flat_grads().data_ptr();
     float* buf = momentum_.defined() ? momentum_.data<float>() : nullptr;
@@ -37,7 +38,7 @@ class Sgd final : public Optimizer {
     ++step_count_;
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::sgd_step(flat_buffers(arena_), buf, lr, mu, wd);
+      cuda::sgd_step(flat_buffers(arena_, device_skip_flag()), buf, lr, mu, wd);
       return;
 #endif
     }

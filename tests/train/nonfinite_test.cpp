@@ -1,0 +1,86 @@
+// Numeric faults: a NaN/Inf gradient stops the run with exit code 5 naming the step, rank and
+// parameter, or with --nonfinite skip the step's update is not applied; the same decision on
+// every rank.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+
+#include "common/test_utils.h"
+#include "framework/io/safetensors.h"
+#include "framework/nn/param_arena.h"
+#include "framework/optim/nonfinite.h"
+#include "framework/optim/optimizer.h"
+
+namespace vitddp {
+namespace {
+
+std::pair<int, std::string> run(const std::string& env, const std::string& args) {
+  std::string cmd = "CUDA_VISIBLE_DEVICES= " + env + " timeout 120 " + VITDDP_TRAIN_BIN + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 512> buf;
+  while (pipe && fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  int status = pipe ? pclose(pipe) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kTiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4";
+
+TEST(Nonfinite, CheckFindsTheFirstBadElementAndTheOptimizerSkips) {
+  Tensor a = Tensor::from_vector({1, 2, 3}, {3}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector({4, 5}, {2}).set_requires_grad(true);
+  ParamArena arena({{"a", a}, {"b", b}}, Device::cpu());
+  NonfiniteCheck check(arena);
+  auto sgd = make_sgd(arena, SgdConfig{1.0, 0.0, 0.0});
+  sgd->set_skip_flag(check.flag());
+  a.grad().fill_(1.0);
+  check.run();
+  EXPECT_EQ(check.flag().data<int64_t>()[0], kNoNonfinite);
+  a.grad().data<float>()[1] = std::nanf("");
+  check.run();
+  const int64_t bad = check.flag().data<int64_t>()[0];
+  EXPECT_EQ(bad, arena.offset_of(0) + 1);
+  EXPECT_EQ(check.parameter_at(bad), "a");
+  sgd->step();
+  EXPECT_EQ(a.to_vector(), (std::vector<double>{1, 2, 3}));  // not applied
+}
+
+TEST(Nonfinite, StopsWithExitCodeFiveNamingStepAndParameter) {
+  auto [code, out] = run("VITDDP_FAULT=0:1:nan", kTiny);
+  EXPECT_EQ(code, 5) << out;
+  EXPECT_NE(out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << out;
+}
+
+TEST(Nonfinite, SkipLeavesTheWeightsFinite) {
+  auto dir = std::filesystem::temp_directory_path() / ("vitddp_nonfinite_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string saved = (dir / "w.safetensors").string();
+  auto [code, out] = run("VITDDP_FAULT=0:1:nan", kTiny + " --nonfinite skip --json --save " + saved);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("step skipped"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"skipped_steps\":1"), std::string::npos) << out;
+  for (auto& [name, t] : read_safetensors(saved).tensors)
+    for (double v : t.to_vector()) ASSERT_TRUE(std::isfinite(v)) << name;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Nonfinite, EveryRankDecidesTheSame) {
+  // A NaN on rank 1 reaches every rank through the all-reduce.
+  auto [code, out] = run("VITDDP_FAULT=1:1:nan", "--procs 2 " + kTiny);
+  EXPECT_EQ(code, 5) << out;
+  auto [skip_code, skip_out] = run("VITDDP_FAULT=1:1:nan", "--procs 2 --nonfinite skip --json " + kTiny);
+  EXPECT_EQ(skip_code, 0) << skip_out;
+  EXPECT_NE(skip_out.find("\"skipped_steps\":1"), std::string::npos) << skip_out;
+}
+
+TEST(Nonfinite, BadFlagValue) {
+  auto [code, out] = run("", kTiny + " --nonfinite ignore");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--nonfinite must be stop or skip"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace vitddp
