@@ -112,9 +112,13 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     std::string how;
   };
   std::vector<Exit> failures;
+  std::vector<bool> stopped_by_us(pids.size(), false);
   auto stop_all = [&](int sig) {
-    for (pid_t pid : pids)
-      if (pid > 0) kill(pid, sig);
+    for (size_t i = 0; i < pids.size(); ++i)
+      if (pids[i] > 0) {
+        kill(pids[i], sig);
+        stopped_by_us[i] = true;
+      }
   };
   auto deadline = std::chrono::steady_clock::time_point::max();
   bool stopping = false;
@@ -167,7 +171,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   // Ranks fail together when one dies; name the one that started it.
   const int kPeerFailure = 3;
   for (const Exit& e : failures) {
-    if (e.code == kPeerFailure || e.code == 128 + SIGTERM || e.code == 128 + SIGKILL) continue;
+    if (e.code == kPeerFailure || (stopped_by_us[e.rank] && e.code > 128)) continue;
     if (&e != &failures.front())
       log << "launcher: rank " << e.rank << " " << e.how << " (the first failure; the others followed)\n";
     return e.code;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -190,7 +191,8 @@ nlohmann::json op_breakdown(const Device& device, StepFn&& step, std::ostream& o
 }
 
 // Test hook for fault handling: VITDDP_FAULT="RANK:STEP:exit" makes that rank exit with
-// status 7 at the start of that step; "RANK:STEP:hang" makes it sleep there forever;
+// status 7 at the start of that step; "RANK:STEP:kill" kills it with SIGKILL there;
+// "RANK:STEP:hang" makes it sleep there forever;
 // "RANK:STEP:nan" makes its loss (so its gradients) NaN in that step. Returns true for "nan".
 bool inject_fault(int rank, int64_t step) {
   static const char* spec = std::getenv("VITDDP_FAULT");
@@ -205,6 +207,7 @@ bool inject_fault(int rank, int64_t step) {
     std::fprintf(stderr, "train: rank %d: VITDDP_FAULT: exiting at step %lld\n", rank, fault_step);
     std::_Exit(7);
   }
+  if (std::string(kind) == "kill") std::raise(SIGKILL);
   if (std::string(kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   return false;
