@@ -112,12 +112,12 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     std::string how;
   };
   std::vector<Exit> failures;
-  std::vector<bool> stopped_by_us(pids.size(), false);
+  std::vector<int> signal_sent(pids.size(), 0);  // the last signal the launcher sent each rank
   auto stop_all = [&](int sig) {
     for (size_t i = 0; i < pids.size(); ++i)
       if (pids[i] > 0) {
         kill(pids[i], sig);
-        stopped_by_us[i] = true;
+        signal_sent[i] = sig;
       }
   };
   auto deadline = std::chrono::steady_clock::time_point::max();
@@ -171,7 +171,8 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   // Ranks fail together when one dies; name the one that started it.
   const int kPeerFailure = 3;
   for (const Exit& e : failures) {
-    if (e.code == kPeerFailure || (stopped_by_us[e.rank] && e.code > 128)) continue;
+    // A rank that died of the very signal the launcher sent it was stopped, not failing.
+    if (e.code == kPeerFailure || (signal_sent[e.rank] != 0 && e.code == 128 + signal_sent[e.rank])) continue;
     if (&e != &failures.front())
       log << "launcher: rank " << e.rank << " " << e.how << " (the first failure; the others followed)\n";
     return e.code;

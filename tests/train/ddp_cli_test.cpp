@@ -49,6 +49,21 @@ TEST(DdpCli, ADeadRankStopsTheRunAndIsNamed) {
   EXPECT_LT(o.seconds, 10 + 10) << o.out;
 }
 
+TEST(DdpCli, AKilledRankIsNamedWhateverOrderTheRanksEnd) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Outcome o = run("VITDDP_FAULT=1:1:kill", "--procs 2 --steps 5 --timeout 10 " + kTiny);
+    EXPECT_EQ(o.code, 128 + 9) << o.out;
+    EXPECT_NE(o.out.find("launcher: rank 1 was killed by signal 9"), std::string::npos) << o.out;
+  }
+}
+
+TEST(DdpCli, AHungRankTimesOutWithinTheTimeout) {
+  Outcome o = run("VITDDP_FAULT=1:1:hang", "--procs 2 --steps 5 --timeout 3 " + kTiny);
+  EXPECT_EQ(o.code, 4) << o.out;
+  EXPECT_NE(o.out.find("Timed out"), std::string::npos) << o.out;
+  EXPECT_LT(o.seconds, 3 + 10) << o.out;
+}
+
 TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
   for (auto [args, message] : {std::pair<std::string, std::string>{"--procs 2 --bucket-mb 0", "--bucket-mb must be > 0"},
                                {"--procs 2 --hook zip", "unknown hook 'zip'"},
