@@ -37,6 +37,15 @@ if(VITDDP_CUDA)
   endif()
 endif()
 
+# nvtx3 is header-only (it loads a tool, if one is named, with dlopen), so a CPU build uses it too
+# when the toolkit's headers are on the machine; without it NVTX ranges compile to nothing.
+set(_nvtx_hints ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include /usr/local/include)
+find_path(NVTX3_INCLUDE_DIR nvtx3/nvToolsExt.h HINTS ${_nvtx_hints})
+set(VITDDP_HAVE_NVTX OFF)
+if(NVTX3_INCLUDE_DIR)
+  set(VITDDP_HAVE_NVTX ON)
+endif()
+
 find_package(Gloo QUIET)
 set(VITDDP_HAVE_GLOO OFF)
 if(Gloo_FOUND OR TARGET gloo)

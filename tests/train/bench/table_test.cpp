@@ -1,0 +1,87 @@
+// The sweep table: speedup and scaling efficiency arithmetic, the markdown against a golden
+// copy, CSV quoting, JSON, and the files write_table_files leaves.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/multiprocess.h"
+#include "common/test_utils.h"
+#include "train/bench/table.h"
+
+namespace vitddp::bench {
+namespace {
+
+const BenchRow kBaseline{"no DDP, 1 GPU", 1, 12.0, 384.0, 0.0, 4807};
+
+std::vector<BenchRow> rows() {
+  return {kBaseline,
+          {"DDP 2 GPUs, 25 MB", 2, 11.4, 729.6, 3.25, 4807},
+          {"DDP 2 GPUs | P2P off", 2, 9.0, 576.0, 21.5, 5386.4}};
+}
+
+TEST(Table, SpeedupAndScalingEfficiency) {
+  std::vector<TableRow> t = compute_table(rows(), kBaseline);
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_DOUBLE_EQ(t[0].speedup, 1.0);
+  EXPECT_DOUBLE_EQ(t[0].scaling_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(t[1].speedup, 1.9);                 // 729.6 / 384
+  EXPECT_DOUBLE_EQ(t[1].scaling_efficiency, 0.95);     // = 11.4 steps/s per GPU / 12.0
+  EXPECT_DOUBLE_EQ(t[1].ideal_images_per_s, 768.0);
+  EXPECT_DOUBLE_EQ(t[2].scaling_efficiency, 0.75);     // 9.0 / 12.0
+  // Efficiency equals steps/s over the baseline's whenever the per-GPU batch is the same.
+  for (const TableRow& r : t) EXPECT_NEAR(r.scaling_efficiency, r.row.steps_per_s / kBaseline.steps_per_s, 1e-12);
+}
+
+TEST(Table, MarkdownMatchesGolden) {
+  const std::string golden =
+      "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) |\n"
+      "|---|--:|--:|--:|--:|--:|--:|--:|\n"
+      "| no DDP, 1 GPU | 1 | 12.00 | 384.0 | 1.00x | 100.0% | 0.0 | 4807 |\n"
+      "| DDP 2 GPUs, 25 MB | 2 | 11.40 | 729.6 | 1.90x | 95.0% | 3.2 | 4807 |\n"
+      "| DDP 2 GPUs \\| P2P off | 2 | 9.00 | 576.0 | 1.50x | 75.0% | 21.5 | 5386 |\n";
+  EXPECT_EQ(table_markdown(compute_table(rows(), kBaseline)), golden);
+}
+
+TEST(Table, CsvQuotesLabelsAndKeepsPrecision) {
+  std::string csv = table_csv(compute_table({{"a, \"quoted\"", 2, 1.23456, 10.5, 0.125, 99}}, kBaseline));
+  EXPECT_EQ(csv,
+            "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib\n"
+            "\"a, \"\"quoted\"\"\",2,1.2346,10.500,0.0273,0.0137,0.125,99.0\n");
+}
+
+TEST(Table, JsonHoldsBaselineAndRows) {
+  nlohmann::json j = table_json(compute_table(rows(), kBaseline), kBaseline);
+  EXPECT_EQ(j["baseline"]["configuration"], "no DDP, 1 GPU");
+  ASSERT_EQ(j["rows"].size(), 3u);
+  EXPECT_DOUBLE_EQ(j["rows"][1]["scaling_efficiency"].get<double>(), 0.95);
+  EXPECT_EQ(j["rows"][2]["gpus"], 2);
+  EXPECT_DOUBLE_EQ(j["rows"][2]["peak_mib"].get<double>(), 5386.4);
+}
+
+TEST(Table, RejectsABaselineWithoutThroughputAndRowsWithoutGpus) {
+  EXPECT_TRUE(testing::throws_with([] { compute_table(rows(), BenchRow{"dead", 1, 0, 0, 0, 0}); },
+                                   {"baseline \"dead\" has no throughput"}));
+  EXPECT_TRUE(testing::throws_with([] { compute_table({BenchRow{"x", 0, 1, 1, 0, 0}}, kBaseline); },
+                                   {"row \"x\" has 0 GPUs"}));
+}
+
+TEST(Table, WritesMarkdownCsvJsonAndChart) {
+  testing::TempFolder dir("vitddp_table");
+  std::string stem = dir.path() + "/seed";
+  auto paths = write_table_files(stem, "seed article, 2 GPUs", compute_table(rows(), kBaseline), kBaseline);
+  ASSERT_EQ(paths.size(), 4u);
+  for (const auto& p : paths) EXPECT_GT(std::filesystem::file_size(p), 100u) << p;
+  std::ifstream md(stem + ".md");
+  std::string first;
+  std::getline(md, first);
+  EXPECT_EQ(first, "# seed article, 2 GPUs");
+  std::ifstream json(stem + ".json");
+  EXPECT_NO_THROW(nlohmann::json::parse(json));
+  EXPECT_TRUE(testing::throws_with(
+      [&] { write_table_files(dir.path() + "/missing/x", "t", compute_table(rows(), kBaseline), kBaseline); },
+      {"cannot write", "missing/x.md"}));
+}
+
+}  // namespace
+}  // namespace vitddp::bench

@@ -1,0 +1,158 @@
+// The sweep's SVG bar chart. See train/bench/chart.h.
+#include "train/bench/chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace vitddp::bench {
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v, int decimals = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+// Thousands separators for axis and value labels: 12,345.
+std::string grouped(double v, int decimals) {
+  std::string s = num(v, decimals);
+  size_t dot = s.find('.');
+  size_t end = dot == std::string::npos ? s.size() : dot;
+  size_t begin = (!s.empty() && s[0] == '-') ? 1 : 0;
+  for (size_t i = end; i > begin + 3; i -= 3) s.insert(i - 3, ",");
+  return s;
+}
+
+// Colour-blind-safe hues, by the order of distinct GPU counts (1 GPU grey, then blue, ...).
+const char* kPalette[] = {"#8a94a6", "#2b6cb0", "#dd8452", "#55a868", "#8172b3", "#c44e52"};
+
+constexpr const char* kFont = "Helvetica, Arial, sans-serif";
+
+}  // namespace
+
+AxisScale nice_axis(double max_value, int max_ticks) {
+  if (!(max_value > 0)) return {1, 0.2};
+  double raw = max_value / std::max(1, max_ticks);
+  double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw) break;
+  }
+  return {std::ceil(max_value / step - 1e-9) * step, step};
+}
+
+std::string throughput_chart_svg(const std::string& title, const std::vector<TableRow>& rows) {
+  const int width = 960;
+  const int bar_h = 26, gap = 14, top = 96, bottom = 64, right = 190;
+  size_t longest = 8;
+  for (const TableRow& t : rows) longest = std::max(longest, t.row.label.size());
+  const int left = std::clamp(static_cast<int>(24 + 7.4 * longest), 140, 400);
+  const int plot_w = width - left - right;
+  const int plot_h = static_cast<int>(rows.size()) * (bar_h + gap) + gap;
+  const int height = top + plot_h + bottom;
+
+  double max_value = 0;
+  for (const TableRow& t : rows) max_value = std::max({max_value, t.row.images_per_s, t.ideal_images_per_s});
+  const AxisScale axis = nice_axis(max_value);
+  auto x_of = [&](double v) { return left + plot_w * std::clamp(v / axis.max, 0.0, 1.0); };
+
+  std::map<int, const char*> colour;  // GPU count -> hue
+  for (const TableRow& t : rows) colour.emplace(t.row.gpus, "");
+  size_t k = 0;
+  for (auto& [gpus, c] : colour) c = kPalette[std::min(k++, std::size(kPalette) - 1)];
+
+  std::string svg;
+  svg += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
+         std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
+         "\" font-family=\"" + kFont + "\">\n";
+  svg += "  <rect x=\"0\" y=\"0\" width=\"" + std::to_string(width) + "\" height=\"" + std::to_string(height) +
+         "\" fill=\"#ffffff\"/>\n";
+  svg += "  <text x=\"24\" y=\"34\" font-size=\"20\" font-weight=\"bold\" fill=\"#1a202c\">" + xml_escape(title) +
+         "</text>\n";
+  svg += "  <text x=\"24\" y=\"56\" font-size=\"13\" fill=\"#4a5568\">Training throughput, images per second "
+         "(higher is better), with the speedup over the baseline</text>\n";
+
+  // Legend: one swatch per GPU count, then the linear-scaling mark.
+  double lx = 24;
+  for (const auto& [gpus, c] : colour) {
+    std::string text = std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs");
+    svg += "  <rect x=\"" + num(lx) + "\" y=\"68\" width=\"14\" height=\"14\" rx=\"2\" fill=\"" + c + "\"/>\n";
+    svg += "  <text x=\"" + num(lx + 20) + "\" y=\"80\" font-size=\"13\" fill=\"#2d3748\">" + text + "</text>\n";
+    lx += 34 + 7.5 * text.size();
+  }
+  svg += "  <line x1=\"" + num(lx + 7) + "\" y1=\"66\" x2=\"" + num(lx + 7) +
+         "\" y2=\"84\" stroke=\"#1a202c\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\n";
+  svg += "  <text x=\"" + num(lx + 20) +
+         "\" y=\"80\" font-size=\"13\" fill=\"#2d3748\">linear scaling from the baseline</text>\n";
+
+  // Gridlines and tick labels.
+  svg += "  <g class=\"grid\">\n";
+  for (double v = 0; v <= axis.max + axis.step * 1e-6; v += axis.step) {
+    double x = x_of(v);
+    svg += "    <line x1=\"" + num(x) + "\" y1=\"" + std::to_string(top) + "\" x2=\"" + num(x) + "\" y2=\"" +
+           std::to_string(top + plot_h) + "\" stroke=\"" + (v == 0 ? "#4a5568" : "#d8dee6") + "\" stroke-width=\"1\"/>\n";
+    svg += "    <text x=\"" + num(x) + "\" y=\"" + std::to_string(top + plot_h + 20) +
+           "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"middle\">" + grouped(v, axis.step < 1 ? 1 : 0) +
+           "</text>\n";
+  }
+  svg += "  </g>\n";
+  svg += "  <line x1=\"" + std::to_string(left) + "\" y1=\"" + std::to_string(top + plot_h) + "\" x2=\"" +
+         std::to_string(left + plot_w) + "\" y2=\"" + std::to_string(top + plot_h) +
+         "\" stroke=\"#4a5568\" stroke-width=\"1\"/>\n";
+  svg += "  <text x=\"" + num(left + plot_w / 2.0) + "\" y=\"" + std::to_string(top + plot_h + 46) +
+         "\" font-size=\"13\" fill=\"#2d3748\" text-anchor=\"middle\">images / s</text>\n";
+
+  // Bars, labels, values, linear-scaling marks.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const TableRow& t = rows[i];
+    double y = top + gap + static_cast<double>(i) * (bar_h + gap);
+    double x_end = x_of(t.row.images_per_s);
+    std::string value = grouped(t.row.images_per_s, 1) + " img/s";
+    std::string speedup = num(t.speedup, 2) + "x";
+    svg += "  <text x=\"" + std::to_string(left - 10) + "\" y=\"" + num(y + bar_h / 2.0 + 5) +
+           "\" font-size=\"13\" fill=\"#1a202c\" text-anchor=\"end\">" + xml_escape(t.row.label) + "</text>\n";
+    svg += "  <rect class=\"bar\" x=\"" + std::to_string(left) + "\" y=\"" + num(y) + "\" width=\"" +
+           num(std::max(0.0, x_end - left)) + "\" height=\"" + std::to_string(bar_h) + "\" rx=\"2\" fill=\"" +
+           colour[t.row.gpus] + "\"><title>" + xml_escape(t.row.label) + ": " + value + ", " + speedup +
+           "</title></rect>\n";
+    if (t.row.gpus > 1) {
+      double xi = x_of(t.ideal_images_per_s);
+      svg += "  <line class=\"ideal\" x1=\"" + num(xi) + "\" y1=\"" + num(y - 3) + "\" x2=\"" + num(xi) + "\" y2=\"" +
+             num(y + bar_h + 3) + "\" stroke=\"#1a202c\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\n";
+    }
+    // The value goes right after the bar, or after the linear-scaling mark when it would cross it.
+    double label_w = 7.2 * static_cast<double>(value.size() + speedup.size() + 3);
+    double x_text = x_end + 8;
+    if (t.row.gpus > 1) {
+      double xi = x_of(t.ideal_images_per_s);
+      if (x_text + label_w > xi - 4 && x_text < xi + 4) x_text = std::max(x_end, xi) + 8;
+    }
+    svg += "  <text class=\"value\" x=\"" + num(x_text) + "\" y=\"" + num(y + bar_h / 2.0 + 5) +
+           "\" font-size=\"13\" fill=\"#1a202c\">" + value + " \u00b7 <tspan font-weight=\"bold\">" + speedup +
+           "</tspan></text>\n";
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace vitddp::bench

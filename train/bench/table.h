@@ -1,0 +1,49 @@
+// The comparison table of a sweep: one row per configuration with its throughput, speedup over
+// the single-GPU baseline, scaling efficiency, exposed communication and peak memory, written as
+// markdown (for the terminal and docs), CSV (for spreadsheets) and JSON (for scripts).
+//
+// Note [Speedup and scaling efficiency]
+// Data parallelism keeps the batch per GPU fixed, so a perfect N-GPU run keeps the baseline's
+// steps/s and processes N times its images/s. Speedup is images/s over the baseline's images/s;
+// scaling efficiency is speedup / GPUs. With the same per-GPU batch that is each GPU's steps/s
+// over the baseline's steps/s (1.0 = linear scaling). Images/s rather than steps/s keeps both
+// right when a configuration changes the batch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace vitddp::bench {
+
+struct BenchRow {
+  std::string label;
+  int gpus = 1;
+  double steps_per_s = 0;
+  double images_per_s = 0;
+  double exposed_comm_ms = 0;  // mean per step
+  double peak_mib = 0;         // peak device memory (MiB = 2^20 bytes)
+};
+
+struct TableRow {
+  BenchRow row;
+  double speedup = 0;             // images/s over the baseline's
+  double scaling_efficiency = 0;  // speedup / gpus
+  double ideal_images_per_s = 0;  // the baseline's images/s x gpus (linear scaling)
+};
+
+// See Note [Speedup and scaling efficiency]. Throws vitddp::Error when the baseline has no
+// throughput or a row has gpus < 1.
+std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const BenchRow& baseline);
+
+std::string table_markdown(const std::vector<TableRow>& rows);
+std::string table_csv(const std::vector<TableRow>& rows);
+nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& baseline);
+
+// Writes STEM.md, STEM.csv, STEM.json and STEM.svg (the chart); returns the paths written.
+// Throws vitddp::Error naming a file that cannot be written.
+std::vector<std::string> write_table_files(const std::string& stem, const std::string& title,
+                                           const std::vector<TableRow>& rows, const BenchRow& baseline);
+
+}  // namespace vitddp::bench
