@@ -4,6 +4,7 @@
 
 #include "distributed/bucketing.h"
 #include "framework/core/error.h"
+#include "framework/core/nvtx.h"
 
 namespace vitddp {
 
@@ -114,6 +115,7 @@ void Reducer::launch(Bucket& bucket) {
           .copy_(grad.contiguous().view_as_shape({grad.numel()}));
     }
   }
+  NvtxRange range(nvtx_allreduce_name(bucket.view.index, bucket.info.bytes), NvtxColor::kComm);
   bucket.work = hook_->run(group_, bucket.view);
 }
 

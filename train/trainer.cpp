@@ -20,6 +20,7 @@
 #include "framework/ops/cross_entropy.h"
 #include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
+#include "framework/core/nvtx.h"
 #include "framework/core/random.h"
 #include "framework/ops/elementwise.h"
 #include "train/batch_source.h"
@@ -318,20 +319,31 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     Tensor step_loss;
     for (int64_t micro = 0; micro < config.accumulate; ++micro) {
       const bool sync = micro + 1 == config.accumulate;
-      Batch batch = batches->next();
+      Batch batch;
+      {
+        NvtxRange range("get batch", NvtxColor::kData);
+        batch = batches->next();
+      }
+      NvtxRange forward_range("forward", NvtxColor::kForward);
       Tensor logits = model.forward(batch.images.to(compute_dtype));
       // The loss runs in f32 whatever the compute dtype, as autocast does.
       Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
+      forward_range.end();
       if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
       if (poison_loss) loss = scale(loss, std::nan(""));
       if (ddp.reducer) {
         ddp.reducer->set_sync(sync);
         ddp.reducer->prepare_for_backward();
       }
-      loss.backward();
-      if (ddp.reducer) ddp.reducer->finalize();
+      {
+        // The whole backward, the reducer's wait for the last buckets included.
+        NvtxRange range("backward", NvtxColor::kBackward);
+        loss.backward();
+        if (ddp.reducer) ddp.reducer->finalize();
+      }
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }
+    NvtxRange range("optimizer step", NvtxColor::kOptimizer);
     nonfinite.run();    // on every rank the same answer: the gradients are all-reduced
     optimizer->step();  // skipped (on the device) when the check found a NaN or Inf
     return step_loss;
@@ -339,7 +351,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   for (int64_t step = 0; step < total; ++step) {
     poison_loss = inject_fault(env.rank, step);
     if (step == config.warmup) allocator.reset_peak(device.index);
+    NvtxRange step_range(nvtx_step_name(step + 1), NvtxColor::kStep);
     Tensor loss = train_step();
+    step_range.end();
     clock->end_step(step, loss, nonfinite.flag());
     if (step > 0) report(step - 1);
   }

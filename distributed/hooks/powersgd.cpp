@@ -1,5 +1,6 @@
 #include "distributed/hooks/powersgd.h"
 
+#include "framework/core/nvtx.h"
 #include "framework/core/random.h"
 #include "framework/core/tensor_math.h"
 #include "framework/cpu/linear.h"
@@ -101,6 +102,7 @@ class PowerSgdWork final : public Work {
     if (finished_) return;
     p_.q_work->wait();
     if (p_.flat_work) p_.flat_work->wait();
+    NvtxRange range(nvtx_decompress_name(p_.bucket.index), NvtxColor::kCompress);
     // Q holds the sum over ranks: M ~ P (Q / world)^T.
     add_inplace(p_.q, p_.q, 1.0 / p_.world - 1.0);
     for (const Plan::Matrix& mx : p_.plan.matrices) {
@@ -145,6 +147,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   if (last) ++state_.iter;
   if (iter < options_.start_iter) return group.allreduce(bucket.buffer, ReduceOp::kAvg);
 
+  NvtxRange range(nvtx_compress_name(bucket.index), NvtxColor::kCompress);
   PowerSgdWork::Parts parts;
   parts.plan = plan_bucket(bucket, options_);
   parts.bucket = bucket;

@@ -82,7 +82,10 @@ void install(NvtxFunctionTable table, unsigned size, unsigned id, Fn fn) {
 extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table) {
   const char* path = std::getenv("VITDDP_NVTX_LOG");
   if (!path || !*path) return 0;  // nothing to record into: tell nvtx3 to fall back to no-ops
-  g_log = std::fopen(path, "a");
+  // Each rank of a data-parallel run records into its own file: PATH.RANK.
+  std::string file = path;
+  if (const char* rank = std::getenv("RANK")) file += std::string(".") + rank;
+  g_log = std::fopen(file.c_str(), "a");
   if (!g_log) return 0;
 
   auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(get_table(NVTX_ETID_CALLBACKS));
