@@ -1,6 +1,7 @@
 #include "train/config.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -64,6 +65,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"precision", &c.precision, "fp32, tf32 or bf16"},
       {"json", &c.json, "print one machine-readable JSON result line at the end"},
       {"print-every", &c.print_every, "print a progress line every N steps (0: never)"},
+      {"profile-steps", &c.profile_steps,
+       "A:B: call cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys's cudaProfilerApi capture"},
       {"op-breakdown", &c.op_breakdown, "GPU: time one extra step op by op (CUDA events) and print where it goes"},
   };
 }
@@ -189,6 +192,16 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
+  profile_range();  // validates the format
+}
+
+std::pair<int64_t, int64_t> TrainConfig::profile_range() const {
+  if (profile_steps.empty()) return {0, 0};
+  long long a = 0, b = 0;
+  char extra = 0;
+  VITDDP_CHECK(std::sscanf(profile_steps.c_str(), "%lld:%lld%c", &a, &b, &extra) == 2 && a >= 1 && b >= a,
+               "--profile-steps must be A:B with 1 <= A <= B, got '", profile_steps, "'");
+  return {a, b};
 }
 
 bool parse_train_config(int argc, char** argv, TrainConfig* config) {

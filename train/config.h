@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -54,7 +55,10 @@ struct TrainConfig {
   // output
   bool json = false;
   int64_t print_every = 1;
-  bool op_breakdown = false;  // GPU: after the timed steps, one more step timed op by op
+  bool op_breakdown = false;
+  std::string profile_steps;  // "A:B": cudaProfilerStart before step A, Stop after step B (1-based)
+  // Parsed --profile-steps; {0, 0} when not set.
+  std::pair<int64_t, int64_t> profile_range() const;  // GPU: after the timed steps, one more step timed op by op
   std::string config_file;
 
   nlohmann::json to_json() const;

@@ -31,6 +31,7 @@
 #include "framework/cuda/context.h"
 #include "framework/cuda/device.h"
 #include "framework/cuda/op_profiler.h"
+#include "framework/cuda/profiler.h"
 #include "framework/cuda/stream.h"
 #endif
 
@@ -348,13 +349,21 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     optimizer->step();  // skipped (on the device) when the check found a NaN or Inf
     return step_loss;
   };
+  const auto [profile_first, profile_last] = config.profile_range();
+  VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");
   for (int64_t step = 0; step < total; ++step) {
+#if VITDDP_WITH_CUDA
+    if (step + 1 == profile_first) cuda::profiler_start();
+#endif
     poison_loss = inject_fault(env.rank, step);
     if (step == config.warmup) allocator.reset_peak(device.index);
     NvtxRange step_range(nvtx_step_name(step + 1), NvtxColor::kStep);
     Tensor loss = train_step();
     step_range.end();
     clock->end_step(step, loss, nonfinite.flag());
+#if VITDDP_WITH_CUDA
+    if (step + 1 == profile_last) cuda::profiler_stop();
+#endif
     if (step > 0) report(step - 1);
   }
   report(total - 1);

@@ -49,6 +49,11 @@ TEST(TrainConfig, ValidationNamesTheSetting) {
   c.warmup = -1;
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--warmup must be >= 0"}));
   c = TrainConfig();
+  c.profile_steps = "12:10";
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--profile-steps must be A:B"}));
+  c.profile_steps = "10:13";
+  EXPECT_EQ(c.profile_range(), (std::pair<int64_t, int64_t>{10, 13}));
+  c = TrainConfig();
   c.precision = "fp8";
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"unknown precision 'fp8'"}));
 }
