@@ -24,6 +24,7 @@
 #include "framework/ops/cross_entropy.h"
 #include "framework/optim/optimizer.h"
 #include "models/vit/vit.h"
+#include "train/batch_source.h"
 
 namespace vitddp {
 namespace {
@@ -483,6 +484,25 @@ TEST_P(CheckpointResume, IsBitExact) {
   careless.restore(saved, /*dropout_rng=*/false);
   for (int64_t i = 0; i < m; ++i) careless.step();
   EXPECT_FALSE(same_bytes(careless.arena.flat_master(), straight.arena.flat_master()));
+}
+
+TEST(Checkpoint, BatchSourceResumesAtItsStartStep) {
+  SyntheticDataset dataset(20, 3, 8, 8, 3, 11);
+  DistributedSampler sampler(MiniRun::sampler_options());
+  BatchSourceOptions o;
+  o.device = Device::cpu();
+  o.batch_size = 4;
+  o.workers = 1;
+  std::unique_ptr<BatchSource> straight = make_batch_source(&dataset, &sampler, o);
+  for (int i = 0; i < 7; ++i) straight->next();
+  o.start_step = 7;
+  std::unique_ptr<BatchSource> resumed = make_batch_source(&dataset, &sampler, o);
+  for (int i = 0; i < 4; ++i) {
+    Batch a = straight->next(), b = resumed->next();
+    EXPECT_EQ(b.step, 7 + i);
+    EXPECT_TRUE(same_bytes(a.images, b.images));
+    EXPECT_TRUE(same_bytes(a.labels, b.labels));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointResume, ::testing::Values(Opt::kSgd, Opt::kAdamW),
