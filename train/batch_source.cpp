@@ -16,7 +16,7 @@ namespace {
 class CpuSource final : public BatchSource {
  public:
   CpuSource(const Dataset& dataset, const DistributedSampler& sampler, const BatchSourceOptions& o)
-      : loader_(dataset, sampler, LoaderOptions{o.batch_size, o.workers, 4, false, 0, {}}) {}
+      : loader_(dataset, sampler, LoaderOptions{o.batch_size, o.workers, 4, false, o.start_step, {}}) {}
   Batch next() override { return loader_.next(); }
   double loader_images_per_second() const override { return loader_.stats().images_per_second(); }
 
@@ -27,7 +27,7 @@ class CpuSource final : public BatchSource {
 #if VITDDP_WITH_CUDA
 
 LoaderOptions pinned_loader_options(const BatchSourceOptions& o) {
-  LoaderOptions lo{o.batch_size, o.workers, 4, false, 0, {}};
+  LoaderOptions lo{o.batch_size, o.workers, 4, false, o.start_step, {}};
   lo.allocator = [](const Shape& shape, DType dtype) {
     return Tensor::empty_with(shape, dtype, cuda::pinned_host_allocator());
   };
@@ -80,7 +80,7 @@ class PinnedCopySource final : public BatchSource {
 
 class GpuGeneratedSource final : public BatchSource {
  public:
-  explicit GpuGeneratedSource(const BatchSourceOptions& o) : options_(o) {}
+  explicit GpuGeneratedSource(const BatchSourceOptions& o) : options_(o), step_(o.start_step) {}
   Batch next() override {
     Batch b;
     Shape shape{options_.batch_size};
@@ -96,7 +96,7 @@ class GpuGeneratedSource final : public BatchSource {
 
  private:
   BatchSourceOptions options_;
-  int64_t step_ = 0;
+  int64_t step_;
 };
 
 #endif

@@ -29,6 +29,7 @@ struct BatchSourceOptions {
   int workers = 4;
   uint64_t seed = 0;
   bool generate_on_gpu = false;  // --data gpu
+  int64_t start_step = 0;        // to resume: the first next() returns global batch `start_step`
   // For generate_on_gpu: the image shape (C, H, W) and number of classes.
   Shape image_shape;
   int64_t num_classes = 0;

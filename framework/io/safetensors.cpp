@@ -408,6 +408,14 @@ std::string serialize_safetensors(const NamedTensors& tensors, const std::map<st
   return out;
 }
 
+void stream_safetensors(const NamedTensors& tensors, const std::function<void(const char*, size_t)>& sink,
+                        const std::map<std::string, std::string>& metadata) {
+  Prepared p = prepare(tensors, metadata);
+  sink(p.header.data(), p.header.size());
+  for (const Tensor& t : p.host)
+    if (t.nbytes() > 0) sink(static_cast<const char*>(t.data_ptr()), t.nbytes());
+}
+
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
   Prepared p = prepare(tensors, metadata);

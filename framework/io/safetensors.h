@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -57,6 +58,12 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 // The bytes write_safetensors would write (header padded with spaces to a multiple of 8).
 std::string serialize_safetensors(const NamedTensors& tensors,
                                   const std::map<std::string, std::string>& metadata = {});
+
+// Hands the bytes write_safetensors would write to `sink` in order, a piece at a time (the header,
+// then each tensor's data), without building the file in memory; for writers with their own
+// file handling (train/checkpoint.cpp).
+void stream_safetensors(const NamedTensors& tensors, const std::function<void(const char*, size_t)>& sink,
+                        const std::map<std::string, std::string>& metadata = {});
 
 // Copies the file's tensors into existing `targets` (any device, e.g. model parameters) by name.
 // No conversion is done: dtype and shape must match exactly. Everything is checked before anything

@@ -50,6 +50,8 @@ class VisionTransformer : public Module {
   VisionTransformer(const VitConfig& config, uint64_t seed);
   Tensor forward(const Tensor& images) const;  // (B, C, H, W) f32 -> logits (B, classes)
   const VitConfig& config() const { return config_; }
+  // The generator every dropout layer draws from; its (seed, counter) go into checkpoints.
+  Generator& dropout_generator() { return *dropout_gen_; }
 
  private:
   void initialise(Generator& gen);
