@@ -125,10 +125,9 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   while (alive > 0) {
     int sig = g_forward_signal.exchange(0);
     if (sig) {
-      stop_all(sig);  // forwarded: workers stop at a step boundary (or die)
-      if (!stopping) deadline = std::chrono::steady_clock::now() + options.grace;
+      stop_all(sig);  // forwarded: workers stop at a step boundary, save, and exit
+      if (!stopping) deadline = std::chrono::steady_clock::now() + options.signal_grace;
       stopping = true;
-      if (first_failure == 0) first_failure = 128 + sig;
     }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -156,7 +155,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
         log.flush();
         stop_all(SIGTERM);
         stopping = true;
-        deadline = std::chrono::steady_clock::now() + options.grace;
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + options.failure_grace);
       }
       continue;
     }

@@ -30,7 +30,10 @@ RankEnvironment read_rank_environment();
 struct LaunchOptions {
   int processes = 1;
   std::vector<std::string> argv;  // the worker command line; argv[0] is replaced by this program
-  std::chrono::seconds grace{10}; // between SIGTERM and SIGKILL when stopping the others
+  // Between SIGTERM and SIGKILL: after a rank failed (the others are likely stuck in a
+  // collective), and after forwarding the user's SIGINT/SIGTERM (ranks finish the step and save).
+  std::chrono::seconds failure_grace{5};
+  std::chrono::seconds signal_grace{120};
 };
 
 // Runs the workers to completion. Returns 0 when all exit 0; otherwise the first failed

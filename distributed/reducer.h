@@ -53,6 +53,7 @@ class Reducer {
   void set_sync(bool sync) { sync_ = sync; }
   const std::vector<BucketInfo>& buckets() const { return buckets_; }
   const CommHook& hook() const { return *hook_; }
+  CommHook& hook() { return *hook_; }  // its state is restored from checkpoints
   // Order in which parameters became ready in the last backward (for tests and rebuilds).
   const std::vector<size_t>& ready_order() const { return ready_order_; }
 

@@ -39,6 +39,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
       {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
+      {"checkpoint-dir", &c.checkpoint_dir, "folder for checkpoints (each rank writes its own files)"},
+      {"checkpoint-every", &c.checkpoint_every, "save a checkpoint every N steps (0: only when stopped by a signal)"},
+      {"checkpoint-keep", &c.checkpoint_keep, "whole checkpoints to keep"},
+      {"resume", &c.resume, "continue from the newest whole checkpoint in --checkpoint-dir"},
       {"nonfinite", &c.nonfinite, "a NaN or Inf gradient: stop (exit 5, naming the parameter) or skip the step"},
       {"model", &c.model, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto"},
       {"image-size", &c.image_size, "override the model's image size"},
@@ -193,6 +197,9 @@ void TrainConfig::validate() const {
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
   profile_range();  // validates the format
+  VITDDP_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every);
+  VITDDP_CHECK(checkpoint_keep >= 1, "--checkpoint-keep must be >= 1, got ", checkpoint_keep);
+  VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty(), "--checkpoint-every and --resume need --checkpoint-dir");
 }
 
 std::pair<int64_t, int64_t> TrainConfig::profile_range() const {

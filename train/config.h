@@ -51,7 +51,12 @@ struct TrainConfig {
   bool find_unused_parameters = false;
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
   double timeout = 300.0;
-  std::string nonfinite = "stop";  // a NaN/Inf gradient: stop the run (exit 5) or skip the step          // seconds a collective may take before the run is stopped
+  std::string nonfinite = "stop";
+  // checkpoints
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // optimizer steps between saves (0: only on a signal stop)
+  int64_t checkpoint_keep = 2;
+  bool resume = false;           // continue from the newest whole checkpoint in checkpoint_dir  // a NaN/Inf gradient: stop the run (exit 5) or skip the step          // seconds a collective may take before the run is stopped
   // output
   bool json = false;
   int64_t print_every = 1;

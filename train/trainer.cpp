@@ -1,6 +1,9 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <iostream>
+#include <atomic>
+#include <optional>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -20,10 +23,12 @@
 #include "framework/ops/cross_entropy.h"
 #include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
+#include "distributed/hooks/powersgd.h"
 #include "framework/core/nvtx.h"
 #include "framework/core/random.h"
 #include "framework/ops/elementwise.h"
 #include "train/batch_source.h"
+#include "train/checkpoint.h"
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
 #include "models/vit/vit.h"
@@ -215,6 +220,16 @@ bool inject_fault(int rank, int64_t step) {
   return false;
 }
 
+// SIGINT/SIGTERM: finish the current step, save, stop. See Note [Stopping on a signal].
+std::atomic<int> g_stop_signal{0};
+void request_stop(int sig) { g_stop_signal.store(sig); }
+
+// Note [Stopping on a signal]
+// A signal reaches the ranks at slightly different moments, but they must stop after the same
+// step, or one would wait forever in a collective. So each step all-reduces a "stop" flag, and
+// the decision uses the reduced flag of the *previous* step, which every rank reads the same
+// (on the GPU it arrives without a wait, with the step's loss).
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -247,6 +262,39 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
           : make_adamw(arena, AdamWConfig{config.lr, 0.9, 0.999, 1e-8, config.weight_decay});
 
+  // Resume: the newest step whole on every rank, restored before the loader starts.
+  int64_t start_step = 0;
+  int64_t loader_start = 0;
+  if (config.resume) {
+    std::optional<std::string> found = find_latest_checkpoint(config.checkpoint_dir, env.rank, std::cerr);
+    int64_t step = found ? checkpoint_step_of(*found) : 0;
+    if (ddp.group) {  // the ranks agree on the oldest newest step
+      Tensor all = Tensor::empty({world, 1}, DType::kF64, device.is_cuda() ? device : Device::cpu());
+      ddp.group->allgather(Tensor::from_vector({static_cast<double>(step)}, {1}, DType::kF64).to(all.device()), all)->wait();
+      for (double s : all.to_vector()) step = std::min<int64_t>(step, static_cast<int64_t>(s));
+    }
+    if (step > 0) {
+      CheckpointExpectations expect{run.model.name, run.model.parameter_count(), world, arena.master_views(),
+                                    optimizer->name(), optimizer->state(), config.hook == "powersgd"};
+      const std::string dir = config.checkpoint_dir + "/" + checkpoint_step_name(step);
+      CheckpointState st = load_checkpoint(dir, env.rank, expect);
+      restore_tensors(st.weights, arena.master_views(), "weights");
+      if (arena.mixed_precision()) arena.flat_params().copy_(arena.flat_master());
+      restore_tensors(st.optimizer_state, optimizer->state(), "optimizer state");
+      optimizer->set_step_count(st.optimizer_steps);
+      model.dropout_generator() = Generator(st.dropout_seed, st.dropout_counter);
+      if (st.powersgd) {
+        auto* hook = dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook());
+        VITDDP_ASSERT(hook != nullptr, "a PowerSGD checkpoint for a run without the PowerSGD hook");
+        hook->state() = powersgd_state_on(*st.powersgd, device);
+      }
+      start_step = st.step;
+      loader_start = st.loader_step;
+      out << "resumed from " << dir << " (step " << st.step << ")\n";
+    } else {
+      out << "no checkpoint to resume from in " << config.checkpoint_dir << "; starting at step 1\n";
+    }
+  }
   const bool generate_on_gpu = config.data == "gpu";
   std::unique_ptr<Dataset> dataset;
   std::unique_ptr<DistributedSampler> sampler;
@@ -267,6 +315,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   source_options.generate_on_gpu = generate_on_gpu;
   source_options.image_shape = {run.model.in_channels, run.model.image_size, run.model.image_size};
   source_options.num_classes = run.model.num_classes;
+  source_options.start_step = loader_start;
   std::unique_ptr<BatchSource> batches = make_batch_source(dataset.get(), sampler.get(), source_options);
 
   RunResult result;
@@ -349,9 +398,40 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     optimizer->step();  // skipped (on the device) when the check found a NaN or Inf
     return step_loss;
   };
+  auto save = [&](int64_t steps_done) {
+    CheckpointState st;
+    st.step = steps_done;
+    st.config = config.to_json();
+    st.model_name = run.model.name;
+    st.parameter_count = run.model.parameter_count();
+    st.world_size = world;
+    st.rank = env.rank;
+    st.dropout_seed = model.dropout_generator().seed();
+    st.dropout_counter = model.dropout_generator().counter();
+    st.loader_step = steps_done * config.accumulate;
+    st.optimizer_name = optimizer->name();
+    st.optimizer_steps = optimizer->step_count();
+    st.weights = arena.master_views();
+    st.optimizer_state = optimizer->state();
+    if (ddp.reducer)
+      if (auto* hook = dynamic_cast<const PowerSgdHook*>(&ddp.reducer->hook())) st.powersgd = hook->state();
+    CheckpointOptions options;
+    options.keep = static_cast<int>(config.checkpoint_keep);
+    const std::string dir = save_checkpoint(config.checkpoint_dir, st, options);
+    out << "checkpoint: " << dir << "\n" << std::flush;
+  };
+  struct sigaction on_signal {};
+  on_signal.sa_handler = request_stop;
+  sigemptyset(&on_signal.sa_mask);
+  sigaction(SIGINT, &on_signal, nullptr);
+  sigaction(SIGTERM, &on_signal, nullptr);
+  Tensor stop_flag = Tensor::zeros({1}, DType::kF32, device);  // summed over ranks each step
+  Tensor previous_stop;                                         // the last step's reduced flag
+  int64_t stopped_after = -1;
+
   const auto [profile_first, profile_last] = config.profile_range();
   VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");
-  for (int64_t step = 0; step < total; ++step) {
+  for (int64_t step = start_step; step < total; ++step) {
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_first) cuda::profiler_start();
 #endif
@@ -360,20 +440,46 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     NvtxRange step_range(nvtx_step_name(step + 1), NvtxColor::kStep);
     Tensor loss = train_step();
     step_range.end();
+    // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
+    stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
+    if (ddp.group) ddp.group->allreduce(stop_flag, ReduceOp::kSum)->wait();
+    const bool stop_now = previous_stop.defined() && previous_stop.item() > 0;
+    previous_stop = stop_flag.clone();
     clock->end_step(step, loss, nonfinite.flag());
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_last) cuda::profiler_stop();
 #endif
-    if (step > 0) report(step - 1);
+    if (step > start_step) report(step - 1);
+    const bool stopping = stop_now || (!ddp.group && g_stop_signal.load() != 0);
+    if (!config.checkpoint_dir.empty() &&
+        (stopping || (config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0)))
+      save(step + 1);
+    if (stopping) {
+      stopped_after = step;
+      break;
+    }
   }
-  report(total - 1);
+  const int64_t last_step = stopped_after >= 0 ? stopped_after : total - 1;
+  if (last_step >= start_step) report(last_step);
+  if (stopped_after >= 0) {
+    out << "stopped by signal " << g_stop_signal.load() << " after step " << stopped_after + 1
+        << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "") << "\n";
+    result.steps = stopped_after + 1 - start_step;
+    result.stopped_early = true;
+    return result;
+  }
+  VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
+               " steps (--warmup + --steps)");
   if (config.op_breakdown) result.op_breakdown = op_breakdown(device, train_step, out);
 
   result.steps = config.steps;
-  result.seconds = clock->span_seconds(config.warmup, total - 1);
+  const int64_t timed_first = std::max(config.warmup, start_step);
+  VITDDP_CHECK(timed_first < total, "no timed step left after resuming at step ", start_step,
+               ": raise --steps");
+  result.seconds = clock->span_seconds(timed_first, total - 1);
   result.steps_per_s = config.steps / result.seconds;
   result.images_per_s = result.steps_per_s * config.batch_size * config.accumulate * world;
-  result.median_step_ms = median(clock->step_seconds(config.warmup, total - 1)) * 1e3;
+  result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
   result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();
 

@@ -17,7 +17,8 @@ struct RunResult {
   VitConfig model;
   int64_t parameters = 0;
   int world_size = 1;
-  int64_t skipped_steps = 0;          // --nonfinite skip: steps whose update was not applied
+  int64_t skipped_steps = 0;
+  bool stopped_early = false;         // a signal stopped the run at a step boundary          // --nonfinite skip: steps whose update was not applied
   int64_t steps = 0;                  // timed steps
   double seconds = 0;                 // wall time of the timed steps
   double steps_per_s = 0;
