@@ -1,5 +1,6 @@
 // Checkpoint files: writing them crash-safely, finding the newest whole one, and reading one
 // back with every field checked. The layout and the record are described in checkpoint.h.
+#include "framework/core/message_text.h"
 #include "train/checkpoint.h"
 
 #include <dirent.h>
@@ -23,6 +24,9 @@
 namespace vitddp {
 
 namespace {
+
+std::string quote(const std::string& text, size_t max_len = 80) { return quote_for_message(text, max_len); }
+std::string sanitize(const std::string& text, size_t max_len = 200) { return sanitize_for_message(text, max_len); }
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
@@ -209,35 +213,7 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-// A name or text from a file, quoted, printable and bounded, for one-line messages.
-std::string quote(const std::string& text, size_t max_len = 80) {
-  std::string out = "'";
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (i == max_len) {
-      out += "...";
-      break;
-    }
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out + "'";
-}
 
-std::string sanitize(const std::string& text, size_t max_len = 200) {
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < max_len; ++i) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-  }
-  if (text.size() > max_len) out += "...";
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Names

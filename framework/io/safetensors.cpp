@@ -1,3 +1,4 @@
+#include "framework/core/message_text.h"
 #include "framework/io/safetensors.h"
 
 #include <fcntl.h>
@@ -23,38 +24,12 @@ namespace vitddp {
 
 namespace {
 
+std::string quote(const std::string& text, size_t max_len = 120) { return quote_for_message(text, max_len); }
+std::string sanitize(const std::string& text, size_t max_len = 300) { return sanitize_for_message(text, max_len); }
+
 using ojson = nlohmann::ordered_json;
 
-// A name or text from the file, quoted and made printable and short enough for a one-line message.
-std::string quote(const std::string& text, size_t max_len = 120) {
-  std::string out = "'";
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (i == max_len) {
-      out += "...";
-      break;
-    }
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    }
-  }
-  return out + "'";
-}
 
-// Printable, one-line, bounded version of a library message (nlohmann echoes input bytes).
-std::string sanitize(const std::string& text, size_t max_len = 300) {
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < max_len; ++i) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-  }
-  if (text.size() > max_len) out += "...";
-  return out;
-}
 
 template <typename... Args>
 [[noreturn]] void fail(const std::string& label, const Args&... args) {
