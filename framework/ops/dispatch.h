@@ -1,6 +1,6 @@
-// Device dispatch for ops. The CPU kernels run here; an op without a CUDA kernel yet fails
-// with a clear message naming it (issue [2/7] adds the CUDA kernels, each through
-// on_device(..., cpu_fn, cuda_fn)).
+// Device dispatch for ops: on_device(device, op, cpu_fn, cuda_fn) runs the kernel of the
+// tensor's device; the CUDA one inside an OpScope (--op-breakdown). A CPU-only build names the
+// op when asked for a CUDA tensor.
 #pragma once
 
 #include <string>
@@ -12,15 +12,6 @@
 #endif
 
 namespace vitddp {
-
-template <typename CpuFn>
-void on_device(Device device, const char* op, CpuFn&& cpu_fn) {
-  if (device.is_cpu()) {
-    cpu_fn();
-    return;
-  }
-  throw Error(std::string(op) + ": no kernel for " + device.str() + " in this build");
-}
 
 template <typename CpuFn, typename CudaFn>
 void on_device(Device device, const char* op, CpuFn&& cpu_fn, CudaFn&& cuda_fn) {
