@@ -15,16 +15,19 @@ namespace {
 
 class WallClock final : public StepClock {
  public:
-  explicit WallClock(int64_t total) : ends_(total + 1), losses_(total), flags_(total, kNoNonfinite) {
+  explicit WallClock(int64_t total)
+      : ends_(total + 1), losses_(total), flags_(total, kNoNonfinite), stops_(total, false) {
     ends_[0] = Clock::now();
   }
-  void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite) override {
+  void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite, const Tensor& stop) override {
     losses_[step] = loss.item();
     if (nonfinite.defined()) flags_[step] = nonfinite.to(Device::cpu()).data<int64_t>()[0];
+    if (stop.defined()) stops_[step] = stop.item() > 0;
     ends_[step + 1] = Clock::now();
   }
   double loss(int64_t step) override { return losses_[step]; }
   int64_t nonfinite(int64_t step) override { return flags_[step]; }
+  bool stop_requested(int64_t step) override { return stops_[step]; }
   std::vector<double> step_seconds(int64_t first, int64_t last) override {
     std::vector<double> out;
     for (int64_t s = first; s <= last; ++s) out.push_back(seconds(ends_[s], ends_[s + 1]));
@@ -38,6 +41,7 @@ class WallClock final : public StepClock {
   std::vector<Clock::time_point> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
   std::vector<double> losses_;
   std::vector<int64_t> flags_;
+  std::vector<bool> stops_;
 };
 
 #if VITDDP_WITH_CUDA
@@ -45,12 +49,14 @@ class CudaEventClock final : public StepClock {
  public:
   explicit CudaEventClock(int64_t total)
       : host_losses_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())),
-        host_flags_(Tensor::empty_with({total}, DType::kI64, cuda::pinned_host_allocator())) {
+        host_flags_(Tensor::empty_with({total}, DType::kI64, cuda::pinned_host_allocator())),
+        host_stops_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())) {
     host_flags_.fill_(static_cast<double>(kNoNonfinite));
+    host_stops_.fill_(0.0);
     for (int64_t i = 0; i <= total; ++i) ends_.push_back(cuda::Event::create(/*timing=*/true));
     ends_[0].record(cuda::current_stream());
   }
-  void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite) override {
+  void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite, const Tensor& stop) override {
     Tensor slot = host_losses_.as_strided({}, {}, step);
     Tensor value = loss.dtype() == DType::kF32 ? loss : loss.to(DType::kF32);
     // Pinned destinations: asynchronous copies, read after the step's event.
@@ -59,11 +65,18 @@ class CudaEventClock final : public StepClock {
     if (nonfinite.defined())
       CUDA_CHECK(cudaMemcpyAsync(host_flags_.as_strided({}, {}, step).data_ptr(), nonfinite.data_ptr(),
                                  sizeof(int64_t), cudaMemcpyDeviceToHost, cuda::current_stream()));
+    if (stop.defined())
+      CUDA_CHECK(cudaMemcpyAsync(host_stops_.as_strided({}, {}, step).data_ptr(), stop.data_ptr(), sizeof(float),
+                                 cudaMemcpyDeviceToHost, cuda::current_stream()));
     ends_[step + 1].record(cuda::current_stream());
   }
   int64_t nonfinite(int64_t step) override {
     ends_[step + 1].synchronize();
     return host_flags_.data<int64_t>()[step];
+  }
+  bool stop_requested(int64_t step) override {
+    ends_[step + 1].synchronize();
+    return host_stops_.data<float>()[step] > 0;
   }
   double loss(int64_t step) override {
     ends_[step + 1].synchronize();
@@ -86,6 +99,7 @@ class CudaEventClock final : public StepClock {
   std::vector<cuda::Event> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
   Tensor host_losses_;             // (total) f32, pinned
   Tensor host_flags_;              // (total) i64, pinned
+  Tensor host_stops_;              // (total) f32, pinned
 };
 #endif
 

@@ -15,12 +15,15 @@ class StepClock {
  public:
   virtual ~StepClock() = default;
   // Call after the step's work (loss and the non-finite check included) has been issued.
-  // `nonfinite` is NonfiniteCheck's flag (undefined: none).
-  virtual void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite) = 0;
+  // `nonfinite` is NonfiniteCheck's flag, `stop` the all-reduced stop request (f32, one
+  // element); either may be undefined (none).
+  virtual void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite, const Tensor& stop) = 0;
   // Loss of `step` (waits for it on the GPU). Only for steps already ended.
   virtual double loss(int64_t step) = 0;
   // The step's non-finite flag (kNoNonfinite when none), read like the loss.
   virtual int64_t nonfinite(int64_t step) = 0;
+  // Whether the step's stop request was set on any rank, read like the loss.
+  virtual bool stop_requested(int64_t step) = 0;
   // Seconds per step for steps [first, last] (GPU: between consecutive step ends), in order.
   virtual std::vector<double> step_seconds(int64_t first, int64_t last) = 0;
   // Seconds from the end of step first - 1 (or the start, for 0) to the end of step last.

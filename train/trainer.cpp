@@ -425,8 +425,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   sigemptyset(&on_signal.sa_mask);
   sigaction(SIGINT, &on_signal, nullptr);
   sigaction(SIGTERM, &on_signal, nullptr);
-  Tensor stop_flag = Tensor::zeros({1}, DType::kF32, device);  // summed over ranks each step
-  Tensor previous_stop;                                         // the last step's reduced flag
+  // Summed over ranks each step (DDP only; one process reads g_stop_signal directly).
+  Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
   int64_t stopped_after = -1;
 
   const auto [profile_first, profile_last] = config.profile_range();
@@ -441,16 +441,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     Tensor loss = train_step();
     step_range.end();
     // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
-    stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
-    if (ddp.group) ddp.group->allreduce(stop_flag, ReduceOp::kSum)->wait();
-    const bool stop_now = previous_stop.defined() && previous_stop.item() > 0;
-    previous_stop = stop_flag.clone();
-    clock->end_step(step, loss, nonfinite.flag());
+    if (ddp.group) {
+      stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
+      ddp.group->allreduce(stop_flag, ReduceOp::kSum)->wait();
+    }
+    clock->end_step(step, loss, nonfinite.flag(), stop_flag);
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_last) cuda::profiler_stop();
 #endif
-    if (step > start_step) report(step - 1);
-    const bool stopping = stop_now || (!ddp.group && g_stop_signal.load() != 0);
+    if (step > start_step) report(step - 1);  // waits for step - 1, so its stop request is known
+    const bool stopping = ddp.group ? step > start_step && clock->stop_requested(step - 1)
+                                    : g_stop_signal.load() != 0;
     if (!config.checkpoint_dir.empty() &&
         (stopping || (config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0)))
       save(step + 1);
