@@ -8,28 +8,13 @@
 #include <cstdio>
 
 #include "common/test_utils.h"
+#include "common/train_process.h"
 
 namespace vitddp {
 namespace {
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  double seconds = 0;
-};
-
-Outcome run(const std::string& env, const std::string& args) {
-  auto start = std::chrono::steady_clock::now();
-  std::string cmd = "CUDA_VISIBLE_DEVICES= " + env + " timeout 120 " + VITDDP_TRAIN_BIN + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  Outcome o;
-  std::array<char, 512> buf;
-  while (pipe && fgets(buf.data(), buf.size(), pipe)) o.out += buf.data();
-  int status = pipe ? pclose(pipe) : -1;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return o;
-}
+using Outcome = testing::TrainOutcome;
+Outcome run(const std::string& env, const std::string& args) { return testing::run_train(env, args); }
 
 const std::string kTiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --print-every 1";
 

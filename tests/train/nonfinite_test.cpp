@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "common/test_utils.h"
+#include "common/train_process.h"
 #include "framework/io/safetensors.h"
 #include "framework/nn/param_arena.h"
 #include "framework/optim/nonfinite.h"
@@ -18,13 +19,8 @@ namespace vitddp {
 namespace {
 
 std::pair<int, std::string> run(const std::string& env, const std::string& args) {
-  std::string cmd = "CUDA_VISIBLE_DEVICES= " + env + " timeout 120 " + VITDDP_TRAIN_BIN + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 512> buf;
-  while (pipe && fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  int status = pipe ? pclose(pipe) : -1;
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  testing::TrainOutcome o = testing::run_train(env, args);
+  return {o.code, o.out};
 }
 
 const std::string kTiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4";

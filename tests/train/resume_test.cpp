@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/test_utils.h"
+#include "common/train_process.h"
 #include "framework/io/safetensors.h"
 
 namespace vitddp {
@@ -20,13 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::pair<int, std::string> run(const std::string& args) {
-  std::string cmd = "CUDA_VISIBLE_DEVICES= timeout 120 " + std::string(VITDDP_TRAIN_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 512> buf;
-  while (pipe && fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  int status = pipe ? pclose(pipe) : -1;
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  testing::TrainOutcome o = testing::run_train("", args);
+  return {o.code, o.out};
 }
 
 struct TempDir {

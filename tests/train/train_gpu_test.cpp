@@ -7,18 +7,14 @@
 #include <cstdio>
 
 #include "common/gpu.h"
+#include "common/train_process.h"
 
 namespace vitddp {
 namespace {
 
 std::pair<int, std::string> run_train(const std::string& args) {
-  std::string cmd = std::string("timeout 300 ") + VITDDP_TRAIN_BIN + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 512> buf;
-  while (pipe && fgets(buf.data(), buf.size(), pipe)) out += buf.data();
-  int status = pipe ? pclose(pipe) : -1;
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  testing::TrainOutcome o = testing::run_train("", args, /*use_gpus=*/true, 300);
+  return {o.code, o.out};
 }
 
 TEST(TrainGpu, OneGpuDefaultsToVitL32) {

@@ -1,0 +1,18 @@
+// Runs the `train` program as a child process for end-to-end tests.
+#pragma once
+
+#include <string>
+
+namespace vitddp::testing {
+
+struct TrainOutcome {
+  int code = -1;        // exit status (-1 when it did not exit normally)
+  std::string out;      // stdout and stderr together
+  double seconds = 0;   // wall time
+};
+
+// `env` is prepended as VAR=value assignments; GPUs are hidden unless `use_gpus`; the run is
+// killed after `timeout_s`.
+TrainOutcome run_train(const std::string& env, const std::string& args, bool use_gpus = false, int timeout_s = 120);
+
+}  // namespace vitddp::testing
