@@ -15,9 +15,9 @@ namespace {
 
 class WallClock final : public StepClock {
  public:
-  explicit WallClock(int64_t total)
+  WallClock(int64_t total, int64_t first)
       : ends_(total + 1), losses_(total), flags_(total, kNoNonfinite), stops_(total, false) {
-    ends_[0] = Clock::now();
+    ends_[first] = Clock::now();
   }
   void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite, const Tensor& stop) override {
     losses_[step] = loss.item();
@@ -38,7 +38,7 @@ class WallClock final : public StepClock {
  private:
   using Clock = std::chrono::steady_clock;
   static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-  std::vector<Clock::time_point> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
+  std::vector<Clock::time_point> ends_;  // ends_[s + 1]: end of step s; ends_[first]: start
   std::vector<double> losses_;
   std::vector<int64_t> flags_;
   std::vector<bool> stops_;
@@ -47,14 +47,15 @@ class WallClock final : public StepClock {
 #if VITDDP_WITH_CUDA
 class CudaEventClock final : public StepClock {
  public:
-  explicit CudaEventClock(int64_t total)
+  CudaEventClock(int64_t total, int64_t first)
       : host_losses_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())),
         host_flags_(Tensor::empty_with({total}, DType::kI64, cuda::pinned_host_allocator())),
         host_stops_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())) {
     host_flags_.fill_(static_cast<double>(kNoNonfinite));
     host_stops_.fill_(0.0);
     for (int64_t i = 0; i <= total; ++i) ends_.push_back(cuda::Event::create(/*timing=*/true));
-    ends_[0].record(cuda::current_stream());
+    // Only steps from `first` on are timed: the events before it are never recorded.
+    ends_[first].record(cuda::current_stream());
   }
   void end_step(int64_t step, const Tensor& loss, const Tensor& nonfinite, const Tensor& stop) override {
     Tensor slot = host_losses_.as_strided({}, {}, step);
@@ -96,7 +97,7 @@ class CudaEventClock final : public StepClock {
   }
 
  private:
-  std::vector<cuda::Event> ends_;  // ends_[s + 1]: end of step s; ends_[0]: start
+  std::vector<cuda::Event> ends_;  // ends_[s + 1]: end of step s; ends_[first]: start
   Tensor host_losses_;             // (total) f32, pinned
   Tensor host_flags_;              // (total) i64, pinned
   Tensor host_stops_;              // (total) f32, pinned
@@ -105,11 +106,12 @@ class CudaEventClock final : public StepClock {
 
 }  // namespace
 
-std::unique_ptr<StepClock> make_step_clock(Device device, int64_t total_steps) {
+std::unique_ptr<StepClock> make_step_clock(Device device, int64_t total_steps, int64_t first_step) {
+  VITDDP_ASSERT(first_step >= 0 && first_step <= total_steps, "make_step_clock: first step out of range");
 #if VITDDP_WITH_CUDA
-  if (device.is_cuda()) return std::make_unique<CudaEventClock>(total_steps);
+  if (device.is_cuda()) return std::make_unique<CudaEventClock>(total_steps, first_step);
 #endif
-  return std::make_unique<WallClock>(total_steps);
+  return std::make_unique<WallClock>(total_steps, first_step);
 }
 
 }  // namespace vitddp

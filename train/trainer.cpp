@@ -334,7 +334,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
 
   Allocator& allocator = allocator_for(device);
   const int64_t total = config.warmup + config.steps;
-  std::unique_ptr<StepClock> clock = make_step_clock(device, total);
+  std::unique_ptr<StepClock> clock = make_step_clock(device, total, std::min(start_step, total));
   NonfiniteCheck nonfinite(arena);
   optimizer->set_skip_flag(nonfinite.flag());
   // Reports step s once its loss is known; on the GPU that is one step later (see StepClock).
