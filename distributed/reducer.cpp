@@ -98,7 +98,7 @@ void Reducer::mark_ready(size_t param) {
   ready_[param] = true;
   ready_order_.push_back(param);
   Bucket& bucket = state_[bucket_of_[param]];
-  --bucket.pending;
+  if (--bucket.pending == 0 && observer_) observer_->bucket_ready(bucket.view.index, bucket.info);
   launch_ready_buckets();
 }
 
@@ -115,8 +115,12 @@ void Reducer::launch(Bucket& bucket) {
           .copy_(grad.contiguous().view_as_shape({grad.numel()}));
     }
   }
-  NvtxRange range(nvtx_allreduce_name(bucket.view.index, bucket.info.bytes), NvtxColor::kComm);
-  bucket.work = hook_->run(group_, bucket.view);
+  if (observer_) observer_->launch_begin(bucket.view.index, bucket.info);
+  {
+    NvtxRange range(nvtx_allreduce_name(bucket.view.index, bucket.info.bytes), NvtxColor::kComm);
+    bucket.work = hook_->run(group_, bucket.view);
+  }
+  if (observer_) observer_->launch_end(bucket.view.index, bucket.info);
 }
 
 void Reducer::copy_out(Bucket& bucket) {
@@ -148,13 +152,15 @@ void Reducer::finalize() {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (ready_[i]) continue;
       ready_[i] = true;
-      --state_[bucket_of_[i]].pending;
+      Bucket& bucket = state_[bucket_of_[i]];
+      if (--bucket.pending == 0 && observer_) observer_->bucket_ready(bucket.view.index, bucket.info);
     }
     launch_ready_buckets();
   }
   VITDDP_ASSERT(next_bucket_ == state_.size(), "finalize: not every bucket was launched");
   for (Bucket& b : state_) {
     b.work->wait();
+    if (observer_) observer_->bucket_finished(b.view.index, b.info);
     if (!b.info.is_view) copy_out(b);
     b.work.reset();
   }

@@ -38,6 +38,19 @@ struct BucketInfo {
   bool is_view = false;        // a slice of the flat gradient buffer (else copied in and out)
 };
 
+// Told when each bucket's communication happens, for timelines (--trace). Calls come from the
+// training thread: bucket_ready when its last gradient arrives, launch_begin/launch_end around
+// the hook issuing its work (in bucket-index order), bucket_finished after finalize() waited for
+// it. The reducer does not own the observer.
+class BucketObserver {
+ public:
+  virtual ~BucketObserver() = default;
+  virtual void bucket_ready(size_t index, const BucketInfo& bucket) = 0;
+  virtual void launch_begin(size_t index, const BucketInfo& bucket) = 0;
+  virtual void launch_end(size_t index, const BucketInfo& bucket) = 0;
+  virtual void bucket_finished(size_t index, const BucketInfo& bucket) = 0;
+};
+
 class Reducer {
  public:
   Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGroup& group, std::unique_ptr<CommHook> hook,
@@ -51,6 +64,8 @@ class Reducer {
 
   // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.
   void set_sync(bool sync) { sync_ = sync; }
+  // nullptr: none. Not owned; must outlive its use.
+  void set_observer(BucketObserver* observer) { observer_ = observer; }
   const std::vector<BucketInfo>& buckets() const { return buckets_; }
   const CommHook& hook() const { return *hook_; }
   CommHook& hook() { return *hook_; }  // its state is restored from checkpoints
@@ -81,6 +96,7 @@ class Reducer {
   size_t next_bucket_ = 0;               // buckets launch strictly in index order
   bool sync_ = true;
   bool in_backward_ = false;
+  BucketObserver* observer_ = nullptr;
 };
 
 }  // namespace vitddp

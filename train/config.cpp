@@ -72,6 +72,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"profile-steps", &c.profile_steps,
        "A:B: call cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys's cudaProfilerApi capture"},
       {"op-breakdown", &c.op_breakdown, "GPU: time one extra step op by op (CUDA events) and print where it goes"},
+      {"trace", &c.trace,
+       "write a Chrome trace (Perfetto, chrome://tracing) of every step and rank to FILE, with per-step and "
+       "per-bucket analysis (exposed communication, overlap)"},
   };
 }
 

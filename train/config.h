@@ -50,20 +50,21 @@ struct TrainConfig {
   bool static_graph = false;
   bool find_unused_parameters = false;
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
-  double timeout = 300.0;
-  std::string nonfinite = "stop";
+  double timeout = 300.0;           // seconds a collective may take before the run is stopped
+  std::string nonfinite = "stop";  // a NaN/Inf gradient: stop the run (exit 5) or skip the step
   // checkpoints
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // optimizer steps between saves (0: only on a signal stop)
   int64_t checkpoint_keep = 2;
-  bool resume = false;           // continue from the newest whole checkpoint in checkpoint_dir  // a NaN/Inf gradient: stop the run (exit 5) or skip the step          // seconds a collective may take before the run is stopped
+  bool resume = false;           // continue from the newest whole checkpoint in checkpoint_dir
   // output
   bool json = false;
   int64_t print_every = 1;
-  bool op_breakdown = false;
+  bool op_breakdown = false;  // GPU: after the timed steps, one more step timed op by op
   std::string profile_steps;  // "A:B": cudaProfilerStart before step A, Stop after step B (1-based)
+  std::string trace;          // Chrome trace file (train/trace.h); empty: no trace
   // Parsed --profile-steps; {0, 0} when not set.
-  std::pair<int64_t, int64_t> profile_range() const;  // GPU: after the timed steps, one more step timed op by op
+  std::pair<int64_t, int64_t> profile_range() const;
   std::string config_file;
 
   nlohmann::json to_json() const;

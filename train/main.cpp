@@ -7,6 +7,7 @@
 #include "distributed/launcher.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
+#include "train/trace.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   try {
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
+    if (!config.trace.empty()) check_trace_path(config.trace);  // before anything runs
     RankEnvironment env = read_rank_environment();
     const int processes = std::max(config.gpus, config.procs);
     if (!env.distributed && processes > 1) {

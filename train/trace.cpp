@@ -79,10 +79,15 @@ StepStats analyze_step(const StepTimeline& t) {
   s.step = t.step;
 
   std::vector<Interval> compute, comm, forward, backward;
+  const GpuInterval* gpu_step = nullptr;
   for (const GpuInterval& g : t.gpu) {
     Interval i{g.start_us, g.end_us};
     if (g.stream == GpuStream::kComm) {
       comm.push_back(i);
+      continue;
+    }
+    if (is_step_range_name(g.name)) {  // spans the step, waits included: not compute work
+      gpu_step = &g;
       continue;
     }
     compute.push_back(i);
@@ -98,11 +103,15 @@ StepStats analyze_step(const StepTimeline& t) {
   s.exposed_comm_us = std::min(s.comm_us, uncovered_length_us(comm, compute));  // See Note [Exposed communication]
   s.overlap_pct = s.comm_us > 0 ? 100.0 * (1.0 - s.exposed_comm_us / s.comm_us) : 100.0;
 
-  // Step time: the "step" range if there is one, else the span of everything in the step.
+  // Step time: the compute stream's "step" interval if there is one (the device's time), else
+  // the "step" CPU range, else the span of everything in the step.
   const CpuRange* step_range = nullptr;
   for (const CpuRange& r : t.cpu)
     if (is_step_range_name(r.name)) step_range = &r;
-  if (step_range) {
+  if (gpu_step) {
+    s.start_us = gpu_step->start_us;
+    s.step_us = std::max(0.0, gpu_step->end_us - gpu_step->start_us);
+  } else if (step_range) {
     s.start_us = step_range->start_us;
     s.step_us = std::max(0.0, step_range->end_us - step_range->start_us);
   } else {
@@ -321,6 +330,9 @@ nlohmann::json step_json(const StepStats& s) {
   for (const BucketStats& b : s.buckets)
     buckets.push_back({{"index", b.index},
                        {"bytes", b.bytes},
+                       {"ready_ms", ms(b.ready_us - s.start_us)},  // from the start of the step
+                       {"start_ms", ms(b.start_us - s.start_us)},
+                       {"end_ms", ms(b.end_us - s.start_us)},
                        {"comm_ms", ms(b.comm_us)},
                        {"waited_behind_earlier_ms", ms(b.waited_us)},
                        {"bandwidth_GBps", b.bandwidth_gbps}});

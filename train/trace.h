@@ -59,7 +59,7 @@ struct BucketRecord {
 // Names the analysis looks for; see Note [Range names] in framework/core/nvtx.h.
 inline constexpr const char* kTraceForward = "forward";
 inline constexpr const char* kTraceBackward = "backward";
-// A CPU range named "step" or "step N" spans the step and gives its time.
+// A range or compute-stream interval named "step" or "step N" spans the step and gives its time.
 bool is_step_range_name(const std::string& name);
 
 // --- interval arithmetic ---------------------------------------------------------------------
@@ -84,11 +84,12 @@ struct BucketStats {
 struct StepStats {
   int rank = 0;
   int64_t step = 0;
-  double start_us = 0;        // where the step begins (its "step" range, else its first event)
-  double step_us = 0;         // the "step" CPU range, else the span of the step's events
+  double start_us = 0;        // where the step begins (see step_us)
+  double step_us = 0;         // the compute stream's "step" interval, else the "step" CPU range,
+                              // else the span of the step's events
   double forward_us = 0;      // union of compute-stream intervals named "forward"
   double backward_us = 0;     // union of compute-stream intervals named "backward"
-  double compute_us = 0;      // union of all compute-stream intervals
+  double compute_us = 0;      // union of the compute-stream intervals but "step"
   double comm_us = 0;         // union of comm-stream intervals and bucket communication
   double exposed_comm_us = 0;  // comm time with the compute stream idle; 0 <= exposed <= comm
   double overlap_pct = 0;      // 100 * (1 - exposed / comm); 100 when there was no comm

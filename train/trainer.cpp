@@ -31,6 +31,8 @@
 #include "train/checkpoint.h"
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
+#include "train/step_tracer.h"
+#include "train/trace_summary.h"
 #include "models/vit/vit.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/context.h"
@@ -148,6 +150,10 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   j["loader_images_per_s"] = loader_images_per_s;
   j["precision"] = config.precision;
   if (!op_breakdown.is_null()) j["op_breakdown"] = op_breakdown;
+  if (!trace.is_null() && !trace.empty()) {
+    j["trace"] = trace;
+    j["exposed_comm_ms"] = trace["exposed_comm_ms"];
+  }
   j["losses"] = losses;
   j["last_loss"] = losses.empty() ? 0.0 : losses.back();
   j["config"] = config.to_json();
@@ -337,6 +343,23 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   std::unique_ptr<StepClock> clock = make_step_clock(device, total, std::min(start_step, total));
   NonfiniteCheck nonfinite(arena);
   optimizer->set_skip_flag(nonfinite.flag());
+  // --trace: every step's phases and buckets (train/step_tracer.h); `tracing` is null when off.
+  std::unique_ptr<StepTracer> tracer;
+  if (!config.trace.empty()) {
+    tracer = std::make_unique<StepTracer>(config.trace, env.rank, world, device, ddp.group.get());
+    if (ddp.reducer) ddp.reducer->set_observer(tracer.get());
+  }
+  StepTracer* tracing = tracer.get();
+  auto finish_trace = [&] {
+    if (!tracer) return;
+    if (ddp.reducer) ddp.reducer->set_observer(nullptr);
+    tracing = nullptr;
+    std::optional<RunStats> stats = tracer->finish(std::max(config.warmup, start_step));
+    tracer.reset();
+    if (!stats) return;
+    result.trace = trace_summary(*stats);
+    print_trace_summary(result.trace, config.trace, out);
+  };
   // Reports step s once its loss is known; on the GPU that is one step later (see StepClock).
   auto report = [&](int64_t s) {
     double loss_value = clock->loss(s);
@@ -371,10 +394,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       const bool sync = micro + 1 == config.accumulate;
       Batch batch;
       {
-        NvtxRange range("get batch", NvtxColor::kData);
+        TracedPhase phase(tracing, "get batch", NvtxColor::kData);
         batch = batches->next();
       }
-      NvtxRange forward_range("forward", NvtxColor::kForward);
+      TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
       Tensor logits = model.forward(batch.images.to(compute_dtype));
       // The loss runs in f32 whatever the compute dtype, as autocast does.
       Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
@@ -386,14 +409,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         ddp.reducer->prepare_for_backward();
       }
       {
-        // The whole backward, the reducer's wait for the last buckets included.
-        NvtxRange range("backward", NvtxColor::kBackward);
+        // The NVTX range covers the whole backward, the reducer's wait for the last buckets
+        // included; the traced compute interval ends when backward's kernels are issued, so that
+        // time the compute stream spends waiting for communication counts as exposed.
+        TracedPhase phase(tracing, kTraceBackward, NvtxColor::kBackward);
         loss.backward();
+        phase.end_gpu();
         if (ddp.reducer) ddp.reducer->finalize();
       }
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }
-    NvtxRange range("optimizer step", NvtxColor::kOptimizer);
+    TracedPhase phase(tracing, "optimizer step", NvtxColor::kOptimizer);
     nonfinite.run();    // on every rank the same answer: the gradients are all-reduced
     optimizer->step();  // skipped (on the device) when the check found a NaN or Inf
     return step_loss;
@@ -437,9 +463,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
 #endif
     poison_loss = inject_fault(env.rank, step);
     if (step == config.warmup) allocator.reset_peak(device.index);
-    NvtxRange step_range(nvtx_step_name(step + 1), NvtxColor::kStep);
+    if (tracing) tracing->begin_step(step);
+    TracedRange step_range(tracing ? &tracing->recorder() : nullptr, nvtx_step_name(step + 1), NvtxColor::kStep,
+                           env.rank, step);
     Tensor loss = train_step();
     step_range.end();
+    if (tracing) tracing->end_step();
     // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
     if (ddp.group) {
       stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
@@ -450,6 +479,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     if (step + 1 == profile_last) cuda::profiler_stop();
 #endif
     if (step > start_step) report(step - 1);  // waits for step - 1, so its stop request is known
+    if (tracing) tracing->read_completed_steps();  // step - 1 has run
     const bool stopping = ddp.group ? step > start_step && clock->stop_requested(step - 1)
                                     : g_stop_signal.load() != 0;
     if (!config.checkpoint_dir.empty() &&
@@ -462,6 +492,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   const int64_t last_step = stopped_after >= 0 ? stopped_after : total - 1;
   if (last_step >= start_step) report(last_step);
+  finish_trace();
   if (stopped_after >= 0) {
     out << "stopped by signal " << g_stop_signal.load() << " after step " << stopped_after + 1
         << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "") << "\n";

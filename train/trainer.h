@@ -17,8 +17,8 @@ struct RunResult {
   VitConfig model;
   int64_t parameters = 0;
   int world_size = 1;
-  int64_t skipped_steps = 0;
-  bool stopped_early = false;         // a signal stopped the run at a step boundary          // --nonfinite skip: steps whose update was not applied
+  int64_t skipped_steps = 0;          // --nonfinite skip: steps whose update was not applied
+  bool stopped_early = false;         // a signal stopped the run at a step boundary
   int64_t steps = 0;                  // timed steps
   double seconds = 0;                 // wall time of the timed steps
   double steps_per_s = 0;
@@ -28,6 +28,7 @@ struct RunResult {
   double loader_images_per_s = 0;     // what the data loader delivered (0 without a loader)
   std::vector<double> losses;         // every step, warm-up included
   nlohmann::json op_breakdown;        // with --op-breakdown: [{op, ms, calls}], largest first
+  nlohmann::json trace;               // with --trace (rank 0): means over the timed steps, see trace_summary
   nlohmann::json to_json(const TrainConfig& config) const;
 };
 

@@ -132,3 +132,54 @@ TEST(Reducer, NoSyncStepsCommunicateNothing) {
 
 }  // namespace
 }  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// Records the observer calls as "ready 3", "begin 3", ... in order.
+struct RecordingObserver final : BucketObserver {
+  std::vector<std::pair<std::string, size_t>> calls;
+  void bucket_ready(size_t i, const BucketInfo&) override { calls.push_back({"ready", i}); }
+  void launch_begin(size_t i, const BucketInfo&) override { calls.push_back({"begin", i}); }
+  void launch_end(size_t i, const BucketInfo&) override { calls.push_back({"end", i}); }
+  void bucket_finished(size_t i, const BucketInfo&) override { calls.push_back({"finished", i}); }
+};
+
+TEST(Reducer, ObserverSeesEachBucketReadyThenLaunchedInIndexOrderThenFinished) {
+  ReducerOptions options;
+  options.bucket_cap_bytes = 40000;
+  options.first_bucket_cap_bytes = 5000;
+  DdpFixture s(options);
+  RecordingObserver observer;
+  s.reducer->set_observer(&observer);
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss().backward();
+  s.reducer->finalize();
+  const size_t buckets = s.reducer->buckets().size();
+  ASSERT_GE(buckets, 3u);
+  ASSERT_EQ(observer.calls.size(), 4 * buckets);
+  std::vector<int> ready_at(buckets, -1), begin_at(buckets, -1), end_at(buckets, -1), finished_at(buckets, -1);
+  for (size_t k = 0; k < observer.calls.size(); ++k) {
+    auto [what, i] = observer.calls[k];
+    ASSERT_LT(i, buckets);
+    std::vector<int>& slot = what == "ready" ? ready_at : what == "begin" ? begin_at : what == "end" ? end_at : finished_at;
+    EXPECT_EQ(slot[i], -1) << what << " twice for bucket " << i;
+    slot[i] = static_cast<int>(k);
+  }
+  for (size_t i = 0; i < buckets; ++i) {
+    EXPECT_LT(ready_at[i], begin_at[i]) << "bucket " << i;
+    EXPECT_EQ(end_at[i], begin_at[i] + 1) << "bucket " << i << ": nothing between its launch begin and end";
+    EXPECT_LT(end_at[i], finished_at[i]) << "bucket " << i;
+    if (i > 0) {
+      EXPECT_LT(begin_at[i - 1], begin_at[i]) << "launches in index order";
+      EXPECT_LT(finished_at[i - 1], finished_at[i]);
+    }
+  }
+  // Overlap on the host: the first bucket is launched before the last one is ready.
+  EXPECT_LT(begin_at[0], ready_at[buckets - 1]);
+  s.reducer->set_observer(nullptr);
+}
+
+}  // namespace
+}  // namespace vitddp

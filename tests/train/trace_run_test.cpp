@@ -1,0 +1,46 @@
+// --trace end to end on the CPU: `train --procs 2` (Gloo) writes one Chrome trace holding both
+// ranks' steps, phases and buckets (train/trace.h), prints its analysis and puts it in the JSON
+// result; an unwritable path is one line and exit 2 before anything runs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/train_process.h"
+#include "trace_run_checks.h"
+
+namespace vitddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(TraceRun, TwoGlooRanksEveryStepPhaseAndBucket) {
+  const fs::path dir = fs::temp_directory_path() / ("vitddp_trace_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "trace.json").string();
+  testing::TrainOutcome o = testing::run_train(
+      "", "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 1 --steps 3 --bucket-mb 0.05 "
+          "--print-every 0 --json --trace " + path);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("trace: " + path + ": mean over 6 rank-steps"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\"exposed_comm_ms\""), std::string::npos) << o.out;
+  const size_t buckets = 8;  // vit_tiny at 0.05 MB buckets (the run prints it)
+  EXPECT_NE(o.out.find(std::to_string(buckets) + " buckets of"), std::string::npos) << o.out;
+  nlohmann::json doc = testing::read_trace(path);
+  testing::check_traced_run(doc, /*ranks=*/2, /*steps=*/4, buckets, /*slack_us=*/0.0);
+  EXPECT_FALSE(fs::exists(path + ".rank-1.json")) << "the per-rank part is merged and removed";
+  fs::remove_all(dir);
+}
+
+TEST(TraceRun, UnwritablePathFailsBeforeAnythingRuns) {
+  testing::TrainOutcome o =
+      testing::run_train("", "--procs 2 --model vit_tiny --steps 2 --trace /nonexistent-folder/t.json");
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("--trace /nonexistent-folder/t.json: folder /nonexistent-folder does not exist"),
+            std::string::npos)
+      << o.out;
+  EXPECT_EQ(o.out.find("training"), std::string::npos) << "nothing may run first:\n" << o.out;
+}
+
+}  // namespace
+}  // namespace vitddp
