@@ -13,7 +13,9 @@ mkdir -p "$out"
 results="$out/nccl_env.jsonl"
 : > "$results"
 export NCCL_NVLS_ENABLE=0
-common=(--precision "${PRECISION:-fp32}" --data gpu --warmup 10 --steps 20 --print-every 0 --json)
+# A short --timeout: a setting that makes NCCL hang costs a minute, not five
+# (NCCL_SHM_USE_CUDA_MEMCPY=1 hung in the first broadcast with NCCL 2.28.9 on 2026-11-29).
+common=(--precision "${PRECISION:-fp32}" --data gpu --warmup 10 --steps 20 --print-every 0 --json --timeout 60)
 run() {  # run LABEL ENV... -- FLAGS...
   local label=$1; shift
   local envs=()
@@ -28,11 +30,10 @@ run() {  # run LABEL ENV... -- FLAGS...
 run "1 GPU" -- --gpus 1
 for mb in "${buckets[@]}"; do
   run "p2p off, bucket $mb" NCCL_P2P_DISABLE=1 -- --gpus 2 --bucket-mb "$mb"
-  run "p2p off, bucket $mb, SHM_USE_CUDA_MEMCPY=1" NCCL_P2P_DISABLE=1 NCCL_SHM_USE_CUDA_MEMCPY=1 -- --gpus 2 --bucket-mb "$mb"
-  run "p2p off, bucket $mb, SHM_USE_CUDA_MEMCPY=1 MEMCPY_MODE=3" NCCL_P2P_DISABLE=1 NCCL_SHM_USE_CUDA_MEMCPY=1 NCCL_SHM_MEMCPY_MODE=3 -- --gpus 2 --bucket-mb "$mb"
+  run "p2p off, bucket $mb, MIN_NCHANNELS=4" NCCL_P2P_DISABLE=1 NCCL_MIN_NCHANNELS=4 -- --gpus 2 --bucket-mb "$mb"
   run "p2p off, bucket $mb, MIN_NCHANNELS=8" NCCL_P2P_DISABLE=1 NCCL_MIN_NCHANNELS=8 -- --gpus 2 --bucket-mb "$mb"
-  run "p2p off, bucket $mb, MAX_NCHANNELS=2" NCCL_P2P_DISABLE=1 NCCL_MAX_NCHANNELS=2 -- --gpus 2 --bucket-mb "$mb"
+  run "p2p off, bucket $mb, MAX_NCHANNELS=1" NCCL_P2P_DISABLE=1 NCCL_MAX_NCHANNELS=1 -- --gpus 2 --bucket-mb "$mb"
   run "p2p off, bucket $mb, BUFFSIZE=16M" NCCL_P2P_DISABLE=1 NCCL_BUFFSIZE=16777216 -- --gpus 2 --bucket-mb "$mb"
-  run "p2p off, bucket $mb, PROTO=Simple" NCCL_P2P_DISABLE=1 NCCL_PROTO=Simple -- --gpus 2 --bucket-mb "$mb"
+  run "p2p off, bucket $mb, MIN_NCHANNELS=8 BUFFSIZE=16M" NCCL_P2P_DISABLE=1 NCCL_MIN_NCHANNELS=8 NCCL_BUFFSIZE=16777216 -- --gpus 2 --bucket-mb "$mb"
 done
 run "nvlink, bucket 25" NCCL_P2P_DISABLE=0 -- --gpus 2 --bucket-mb 25
