@@ -3,6 +3,9 @@
 #include "framework/cuda/layer_norm.h"
 #include "framework/cuda/stream.h"
 
+#include <cstdint>
+#include <initializer_list>
+
 namespace vitddp::cuda {
 namespace {
 
@@ -59,6 +62,134 @@ __global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, 
   }
 }
 
+// Vectorised row kernels for rows of up to 32 floats per lane (d <= 1024): one warp per row
+// holds its row in registers, loaded once in 16-byte words, so each element is read from
+// memory once (the scalar kernels above read it two or three times, 2 bytes at a time).
+// Taken when d is a multiple of the word's elements and every pointer is 16-byte aligned.
+template <typename T>
+constexpr int kPerWord = 16 / sizeof(T);
+template <typename T>
+constexpr int kWordsPerLane = 32 / kPerWord<T>;  // 32 floats of registers per row operand
+
+template <typename T>
+__device__ __forceinline__ void unpack_word(const uint4& raw, float* out) {
+  const T* p = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kPerWord<T>; ++i) out[i] = to_f(p[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 pack_word(const float* in) {
+  uint4 raw;
+  T* p = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kPerWord<T>; ++i) p[i] = from_f<T>(in[i]);
+  return raw;
+}
+
+template <typename T>
+__global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, float eps, T* y, float* mean_out,
+                                              float* rstd_out, int64_t rows, int64_t d) {
+  constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int words = static_cast<int>(d / V);
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * d);
+  float v[K][V];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < words) {
+      unpack_word<T>(xr[j], v[k]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) s += v[k][i];
+    }
+  }
+  const float mean = warp_sum(s) / d;
+  float var = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lane + 32 * k < words)
+#pragma unroll
+      for (int i = 0; i < V; ++i) var += (v[k][i] - mean) * (v[k][i] - mean);
+  const float rstd = rsqrtf(warp_sum(var) / d + eps);
+  const uint4* wv = reinterpret_cast<const uint4*>(w);
+  const uint4* bv = reinterpret_cast<const uint4*>(b);
+  uint4* yr = reinterpret_cast<uint4*>(y + row * d);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j >= words) continue;
+    float wf[V], bf[V], out[V];
+    unpack_word<T>(wv[j], wf);
+    unpack_word<T>(bv[j], bf);
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = (v[k][i] - mean) * rstd * wf[i] + bf[i];
+    yr[j] = pack_word<T>(out);
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_dx_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd, const T* dy,
+                                         T* dx, int64_t rows, int64_t d) {
+  constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int words = static_cast<int>(d / V);
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * d);
+  const uint4* gr = reinterpret_cast<const uint4*>(dy + row * d);
+  const uint4* wv = reinterpret_cast<const uint4*>(w);
+  const float mu = mean[row], rs = rstd[row];
+  float g[K][V], xhat[K][V];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j >= words) continue;
+    float wf[V];
+    unpack_word<T>(gr[j], g[k]);
+    unpack_word<T>(xr[j], xhat[k]);
+    unpack_word<T>(wv[j], wf);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      g[k][i] *= wf[i];
+      xhat[k][i] = (xhat[k][i] - mu) * rs;
+      sum_g += g[k][i];
+      sum_gx += g[k][i] * xhat[k][i];
+    }
+  }
+  sum_g = warp_sum(sum_g) / d;
+  sum_gx = warp_sum(sum_gx) / d;
+  uint4* out = reinterpret_cast<uint4*>(dx + row * d);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j >= words) continue;
+    float o[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] - sum_g - xhat[k][i] * sum_gx);
+    out[j] = pack_word<T>(o);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether the vectorised kernels take rows of `d` elements of T at these pointers.
+template <typename T>
+bool vectorizable(int64_t d, std::initializer_list<const void*> pointers) {
+  if (d % kPerWord<T> != 0 || d > 32 * kPerWord<T> * kWordsPerLane<T>) return false;
+  for (const void* p : pointers)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
 // dw[c] = sum_r dy * xhat, db[c] = sum_r dy in two deterministic stages (see reduce.cu's
 // column sums): blocks of (32 columns x 8 row lanes) over chunks of rows write partials
 // (2, chunks, d); one thread per column then adds the chunks in order.
@@ -113,9 +244,15 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
   dispatch_floating(x.dtype(), "layer_norm", [&](auto zero) {
     using T = decltype(zero);
     unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    layer_norm_forward_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
-        x.data<T>(), w.data<T>(), b.data<T>(), static_cast<float>(eps), y.data<T>(), mean.data<float>(), rstd.data<float>(),
-        rows, d);
+    if (vectorizable<T>(d, {x.data<T>(), w.data<T>(), b.data<T>(), y.data<T>()})) {
+      layer_norm_forward_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+          x.data<T>(), w.data<T>(), b.data<T>(), static_cast<float>(eps), y.data<T>(), mean.data<float>(),
+          rstd.data<float>(), rows, d);
+    } else {
+      layer_norm_forward_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+          x.data<T>(), w.data<T>(), b.data<T>(), static_cast<float>(eps), y.data<T>(), mean.data<float>(),
+          rstd.data<float>(), rows, d);
+    }
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -127,8 +264,12 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
     using T = decltype(zero);
     if (dx.defined() && rows > 0) {
       unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-      layer_norm_dx_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
-          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
+      if (vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()}))
+        layer_norm_dx_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+            x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
+      else
+        layer_norm_dx_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+            x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
       CUDA_CHECK_LAUNCH();
     }
     if (dw.defined() || db.defined()) {

@@ -90,8 +90,13 @@ TEST_P(CudaOps, GeluSoftmaxLayerNorm) {
   auto softmax_fn = [](const std::vector<Tensor>& t) { return softmax(t[0]); };
   EXPECT_TRUE(matches(softmax_fn, {input({19, 77}, gen_, true, -5, 5)}));
   auto ln_fn = [](const std::vector<Tensor>& t) { return layer_norm(t[0], t[1], t[2], 1e-6); };
-  EXPECT_TRUE(matches(ln_fn, {input({4, 50, 96}, gen_, true, -3, 3), input({96}, gen_, true, 0.5, 1.5),
-                              input({96}, gen_)}));
+  // Widths for the vectorised row kernels (96, 1024: ViT-L's; 100: only f32's 4-element words)
+  // and for the scalar ones (1100: more than a warp's registers hold; 37: no whole words).
+  for (int64_t d : {96, 1024, 100, 1100, 37}) {
+    SCOPED_TRACE("layer_norm width " + std::to_string(d));
+    EXPECT_TRUE(matches(ln_fn, {input({4, 25, d}, gen_, true, -3, 3), input({d}, gen_, true, 0.5, 1.5),
+                                input({d}, gen_)}));
+  }
 }
 
 TEST_P(CudaOps, Attention) {
