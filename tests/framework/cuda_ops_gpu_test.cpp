@@ -63,6 +63,11 @@ TEST_P(CudaOps, Matmul) {
 TEST_P(CudaOps, ElementwiseAndReductions) {
   auto add_fn = [](const std::vector<Tensor>& t) { return add(t[0], t[1]); };
   EXPECT_TRUE(matches(add_fn, {input({4, 50, 64}, gen_), input({1, 50, 64}, gen_)}));
+  // Same shapes, contiguous: the 16-byte-word path, forward and (through the shared input's
+  // gradient accumulation) add_inplace; 1003 elements: no whole number of words, strided path.
+  auto residual_fn = [](const std::vector<Tensor>& t) { return add(add(t[0], t[1]), t[0]); };
+  EXPECT_TRUE(matches(residual_fn, {input({4, 50, 64}, gen_), input({4, 50, 64}, gen_)}));
+  EXPECT_TRUE(matches(residual_fn, {input({17, 59}, gen_), input({17, 59}, gen_)}));
   auto mul_fn = [](const std::vector<Tensor>& t) { return mul(t[0], t[1]); };
   EXPECT_TRUE(matches(mul_fn, {input({6, 5, 8}, gen_), input({5, 1}, gen_)}));
   auto scale_fn = [](const std::vector<Tensor>& t) { return scale(permute(t[0], {1, 0}), -2.5); };
