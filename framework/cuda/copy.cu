@@ -67,6 +67,10 @@ void fill_tensor(const Tensor& dst, double value) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
+  if (value == 0.0 && dst.is_contiguous()) {  // zero bits in every dtype: the driver's memset is the fastest
+    CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, dst.nbytes(), current_stream()));
+    return;
+  }
   dispatch_cuda_dtype(dst.dtype(), [&](auto zero) {
     using T = decltype(zero);
     fill_kernel<T><<<blocks_for(n), kThreads, 0, current_stream()>>>(static_cast<T*>(dst.data_ptr()), make_strided_index(dst),

@@ -163,3 +163,33 @@ TEST_P(CudaOps, MultiHeadAttentionFusedAndFallback) {
 
 }  // namespace
 }  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// fill_: zero on contiguous memory goes through cudaMemsetAsync, anything else through the
+// kernel; on poisoned (NaN) allocations, every element of the target is written and nothing
+// outside it.
+TEST(CudaFill, ZeroAndValuesOnContiguousAndStridedTargets) {
+  VITDDP_REQUIRE_GPU();
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor full = Tensor::empty({6, 10}, dtype, Device::cuda(0));
+    full.fill_(7.0);
+    Tensor inner = full.as_strided({40}, {1}, full.storage_offset() + 10);  // rows 1..4, contiguous
+    inner.fill_(0.0);
+    Tensor column = full.as_strided({6}, {10}, full.storage_offset() + 3);  // strided
+    column.fill_(0.0);
+    Tensor corner = full.as_strided({2}, {1}, full.storage_offset() + 58);
+    corner.fill_(-2.0);
+    std::vector<double> v = full.to(Device::cpu()).to_vector();
+    for (int64_t i = 0; i < 60; ++i) {
+      const bool zero = (i >= 10 && i < 50) || i % 10 == 3;
+      const double expected = i >= 58 ? -2.0 : zero ? 0.0 : 7.0;
+      EXPECT_EQ(v[i], expected) << "element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vitddp
