@@ -25,6 +25,23 @@ for p in ${BREAKDOWN_PRECISIONS-fp32 bf16}; do
   build-gpu/bin/train --gpus 1 --data gpu --precision "$p" --warmup 3 --steps 5 --print-every 0 --op-breakdown \
     > "$OUT/breakdown_$p.log" 2>&1; echo "breakdown $p exit $?"; head -25 "$OUT/breakdown_$p.log" | grep -E "summary|ms "
 done
+if [ "${RESUME_CHECK:-0}" = 1 ]; then
+  bash scripts/gpu_resume_check.sh build-gpu > "$OUT/resume_check.log" 2>&1; grep -E "resume \[|failed" "$OUT/resume_check.log"
+fi
+# TRACE_RUNS="P2P_DISABLE:BUCKET_MB[:PRECISION[:HOOK]] ...": 2-GPU runs with --trace; the analysis goes to the log.
+for spec in ${TRACE_RUNS:-}; do
+  IFS=: read -r p2p mb prec hook <<< "$spec"
+  name="trace_p2p${p2p}_b${mb}_${prec:-fp32}_${hook:-allreduce}"
+  NCCL_P2P_DISABLE=$p2p build-gpu/bin/train --gpus 2 --data gpu --precision "${prec:-fp32}" --hook "${hook:-allreduce}" \
+    --bucket-mb "$mb" --warmup 10 --steps 20 --print-every 0 --timeout 60 --trace "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+  echo "$name exit $?"; grep -E "^summary|mean over" "$OUT/$name.log"
+done
+if [ -n "${NCCL_PROBE:-}" ]; then  # e.g. NCCL_PROBE="25"
+  OUT="$OUT" bash scripts/nccl_env_probe.sh build-gpu $NCCL_PROBE
+fi
+if [ "${LOSS_CURVE:-0}" = 1 ]; then
+  OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu 100
+fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   OUT="$OUT" bash scripts/bench_single_gpu.sh build-gpu .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-fp32 tf32}
 fi
