@@ -38,6 +38,9 @@ struct ProcessGroupOptions {
   // Bounds the rendezvous and every collective (Gloo: each send/receive; NCCL: from launch to
   // completion on the communication stream).
   std::chrono::milliseconds timeout{300000};
+  // NCCL: at most this many thread blocks (SMs) per collective (ncclConfig_t::maxCTAs); 0: NCCL's
+  // choice. See --sm-carveout.
+  int max_ctas = 0;
 };
 
 class ProcessGroup {

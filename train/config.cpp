@@ -38,6 +38,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "accepted for parity with PyTorch DDP: vitddp's reducer never walks the graph, so it changes nothing"},
       {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
       {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
+      {"sm-carveout", &c.sm_carveout,
+       "GPU DDP: NCCL uses at most N SMs per collective and matrix products are tuned for the other SMs, so "
+       "communication kernels running beside backward do not leave GEMM waves one SM short (0: off)"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
       {"checkpoint-dir", &c.checkpoint_dir, "folder for checkpoints (each rank writes its own files)"},
       {"checkpoint-every", &c.checkpoint_every, "save a checkpoint every N steps (0: only when stopped by a signal)"},
@@ -198,6 +201,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got ", dropout);
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
+  VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
   profile_range();  // validates the format
   VITDDP_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every);

@@ -50,6 +50,7 @@ struct TrainConfig {
   bool static_graph = false;
   bool find_unused_parameters = false;
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
+  int64_t sm_carveout = 0;         // GPU: SMs the matrix products leave to NCCL (its block limit)
   double timeout = 300.0;           // seconds a collective may take before the run is stopped
   std::string nonfinite = "stop";  // a NaN/Inf gradient: stop the run (exit 5) or skip the step
   // checkpoints

@@ -48,6 +48,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.world_size = env.world_size;
   options.rendezvous = env.rendezvous;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout * 1000));
+  options.max_ctas = static_cast<int>(config.sm_carveout);
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
   // Every rank starts from rank 0's weights (the master; the 16-bit copy follows it).

@@ -1,5 +1,6 @@
 #include "train/step_clock.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "framework/optim/nonfinite.h"
@@ -51,7 +52,8 @@ class CudaEventClock final : public StepClock {
       : host_losses_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())),
         host_flags_(Tensor::empty_with({total}, DType::kI64, cuda::pinned_host_allocator())),
         host_stops_(Tensor::empty_with({total}, DType::kF32, cuda::pinned_host_allocator())) {
-    host_flags_.fill_(static_cast<double>(kNoNonfinite));
+    // Not fill_(double): INT64_MAX does not survive the trip through a double.
+    std::fill_n(host_flags_.data<int64_t>(), total, kNoNonfinite);
     host_stops_.fill_(0.0);
     for (int64_t i = 0; i <= total; ++i) ends_.push_back(cuda::Event::create(/*timing=*/true));
     // Only steps from `first` on are timed: the events before it are never recorded.

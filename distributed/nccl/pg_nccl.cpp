@@ -110,13 +110,18 @@ struct NcclComm::AbortState {
   bool finished = false;
 };
 
-NcclComm NcclComm::init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout) {
+NcclComm NcclComm::init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout,
+                        int max_ctas) {
   NcclComm comm;
   comm.device_ = device;
   comm.timeout_ = timeout;
   DeviceScope scope(device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a stuck initialisation can be aborted
+  if (max_ctas > 0) {
+    config.maxCTAs = max_ctas;
+    config.minCTAs = std::min(config.minCTAs == NCCL_CONFIG_UNDEF_INT ? 1 : config.minCTAs, max_ctas);
+  }
   ncclComm_t raw = nullptr;
   ncclResult_t result = ncclCommInitRankConfig(&raw, size, id, rank, &config);
   comm.comm_ = raw;
@@ -354,7 +359,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   shared_ = std::make_shared<Shared>();
   shared_->rank = options.rank;
   shared_->size = options.world_size;
-  shared_->comm = NcclComm::init(options.world_size, options.rank, id, device_, timeout_);
+  shared_->comm = NcclComm::init(options.world_size, options.rank, id, device_, timeout_, options.max_ctas);
 
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));

@@ -48,7 +48,9 @@ class NcclComm {
   NcclComm() = default;
   // Non-blocking ncclCommInitRankConfig, then polls until the communicator is ready; throws
   // kTimeout after `timeout` (aborting the half-made communicator) or kPeer on an NCCL error.
-  static NcclComm init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout);
+  // max_ctas > 0 bounds the thread blocks NCCL uses per collective (ncclConfig_t::maxCTAs).
+  static NcclComm init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout,
+                       int max_ctas = 0);
   ~NcclComm();
   NcclComm(NcclComm&& o) noexcept;
   NcclComm& operator=(NcclComm&& o) noexcept;

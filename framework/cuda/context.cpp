@@ -11,12 +11,18 @@
 namespace vitddp::cuda {
 namespace {
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
+std::atomic<int> g_sm_carveout{0};
 constexpr int kMaxDevices = 64;
 // cuBLASLt's recommended workspace on Hopper is 32 MiB.
 constexpr size_t kWorkspaceBytes = 32u << 20;
 }  // namespace
 
 void set_matmul_precision(MatmulPrecision precision) { g_precision.store(precision); }
+void set_gemm_sm_carveout(int sms) {
+  VITDDP_CHECK(sms >= 0, "SM carve-out must be >= 0, got ", sms);
+  g_sm_carveout.store(sms);
+}
+int gemm_sm_carveout() { return g_sm_carveout.load(); }
 MatmulPrecision matmul_precision() { return g_precision.load(); }
 
 CudaContext& CudaContext::for_device(int device) {

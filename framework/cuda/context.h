@@ -14,6 +14,12 @@ enum class MatmulPrecision { kFp32, kTf32 };
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 
+// SMs that matrix products leave to concurrent work (communication kernels): cuBLASLt picks its
+// algorithms for (SMs - carveout), so a product's waves do not come out one SM short when NCCL
+// holds a few (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET). 0: the whole device.
+void set_gemm_sm_carveout(int sms);
+int gemm_sm_carveout();
+
 class CudaContext {
  public:
   static CudaContext& for_device(int device);

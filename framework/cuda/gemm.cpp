@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -21,10 +22,11 @@ struct PlanKey {
   GemmEpilogue epilogue;
   MatmulPrecision precision;
   bool has_beta;
+  int sm_target;  // 0: the whole device
   bool operator==(const PlanKey& o) const {
-    return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, epilogue, precision,
-                    has_beta) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.sa,
-                                          o.sb, o.sc, o.dtype, o.epilogue, o.precision, o.has_beta);
+    return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, epilogue, precision, has_beta,
+                    sm_target) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.sa,
+                                           o.sb, o.sc, o.dtype, o.epilogue, o.precision, o.has_beta, o.sm_target);
   }
 };
 
@@ -34,7 +36,7 @@ struct PlanKeyHash {
     auto mix = [&](int64_t v) { h = (h ^ static_cast<size_t>(v)) * 1099511628211ull; };
     for (int64_t v : {int64_t(key.device), int64_t(key.ta), int64_t(key.tb), key.m, key.n, key.k, key.lda, key.ldb,
                       key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.epilogue),
-                      int64_t(key.precision), int64_t(key.has_beta)})
+                      int64_t(key.precision), int64_t(key.has_beta), int64_t(key.sm_target)})
       mix(v);
     return h;
   }
@@ -71,7 +73,7 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return layout;
 }
 
-Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precision) {
+Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precision, int sm_target) {
   Plan plan;
   cudaDataType_t type = cuda_type(g.dtype);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -93,6 +95,9 @@ Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precis
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof(bias_type)));
   }
+  if (sm_target > 0)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
+                                                sizeof(sm_target)));
   plan.a = make_layout(type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
   plan.b = make_layout(type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
   plan.c = make_layout(type, g.m, g.n, g.ldc, g.batch, g.stride_c);
@@ -120,15 +125,17 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
   const int device = current_device();
   CudaContext& ctx = CudaContext::for_device(device);
   const MatmulPrecision precision = matmul_precision();
-  PlanKey key{device, g.trans_a, g.trans_b, g.m,     g.n,     g.k,     g.lda,       g.ldb,     g.ldc,
-              g.batch, g.stride_a, g.stride_b, g.stride_c, g.dtype, g.epilogue, precision, g.beta != 0.0f};
+  const int carveout = gemm_sm_carveout();
+  const int sm_target = carveout > 0 ? std::max(1, ctx.sm_count() - carveout) : 0;
+  PlanKey key{device,     g.trans_a,  g.trans_b,  g.m,     g.n,        g.k,       g.lda,          g.ldb,    g.ldc,
+              g.batch,    g.stride_a, g.stride_b, g.stride_c, g.dtype, g.epilogue, precision, g.beta != 0.0f, sm_target};
   static std::mutex mutex;
   static std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
   Plan plan;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, make_plan(g, ctx, precision)).first;
+    if (it == plans.end()) it = plans.emplace(key, make_plan(g, ctx, precision, sm_target)).first;
     plan = it->second;
   }
   if (g.epilogue == GemmEpilogue::kBias) {
