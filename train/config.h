@@ -49,6 +49,7 @@ struct TrainConfig {
   bool grad_as_bucket_view = true;
   bool static_graph = false;
   bool find_unused_parameters = false;
+  bool ddp = false;                // DDP (process group + reducer) even on one process, as DDP on 1 GPU
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
   double timeout = 300.0;
   std::string nonfinite = "stop";
