@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "distributed/launcher.h"
+#include "train/bench/bench_command.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
 #include "train/trainer.h"
@@ -12,6 +14,8 @@
 int main(int argc, char** argv) {
   using namespace vitddp;
   try {
+    // Subcommands; anything else is a training run.
+    if (argc > 1 && std::string(argv[1]) == "bench") return bench::run_bench_command(argc, argv);
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     RankEnvironment env = read_rank_environment();
