@@ -27,6 +27,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"device", &c.device, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
       {"gpus", &c.gpus, "number of GPUs to train on (one process each)"},
       {"procs", &c.procs, "data-parallel training on this many CPU processes (Gloo)"},
+      {"ddp", &c.ddp,
+       "data-parallel machinery even on one process: a process group of one and the reducer (PyTorch's DDP "
+       "wrapper on one GPU); more than one process always uses it"},
       {"bucket-mb", &c.bucket_mb, "gradient bucket size in MB (PyTorch's bucket_cap_mb)"},
       {"first-bucket-mb", &c.first_bucket_mb, "size of the first (earliest-ready) bucket in MB"},
       {"hook", &c.hook, "gradient communication: allreduce, fp16, bf16 or powersgd"},

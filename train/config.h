@@ -49,6 +49,7 @@ struct TrainConfig {
   bool grad_as_bucket_view = true;
   bool static_graph = false;
   bool find_unused_parameters = false;
+  bool ddp = false;                // DDP (process group + reducer) even on one process, as DDP on 1 GPU
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
   int64_t sm_carveout = 0;         // GPU: SMs the matrix products leave to NCCL (its block limit)
   double timeout = 300.0;           // seconds a collective may take before the run is stopped

@@ -42,7 +42,9 @@ std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
 
 Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device device, ParamArena& arena) {
   Ddp ddp;
-  if (env.world_size <= 1) return ddp;
+  // One process takes the same path with --ddp: a group of one (NCCL or Gloo, whose collectives
+  // then complete at once) and the reducer with its hooks, as PyTorch's DDP wrapper on one GPU.
+  if (env.world_size <= 1 && !config.ddp) return ddp;
   ProcessGroupOptions options;
   options.rank = env.rank;
   options.world_size = env.world_size;

@@ -18,7 +18,8 @@ struct Ddp {
   std::unique_ptr<Reducer> reducer;
 };
 
-// For world size 1 returns an empty Ddp (no group, no reducer).
+// For world size 1 without --ddp returns an empty Ddp (no group, no reducer); with --ddp a group of
+// one process and the reducer.
 Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device device, ParamArena& arena);
 
 }  // namespace vitddp

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "distributed/launcher.h"
+#include "train/bench/bench_command.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
 #include "train/trace.h"
@@ -13,6 +15,8 @@
 int main(int argc, char** argv) {
   using namespace vitddp;
   try {
+    // Subcommands; anything else is a training run.
+    if (argc > 1 && std::string(argv[1]) == "bench") return bench::run_bench_command(argc, argv);
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     if (!config.trace.empty()) check_trace_path(config.trace);  // before anything runs

@@ -331,7 +331,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   result.parameters = run.model.parameter_count();
   result.world_size = world;
   if (ddp.reducer)
-    out << "data parallel: " << world << " ranks (" << ddp.group->backend() << "), " << ddp.reducer->buckets().size()
+    out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), " << ddp.reducer->buckets().size()
         << " buckets of <= " << config.bucket_mb << " MB, hook " << ddp.reducer->hook().name()
         << (config.grad_as_bucket_view ? ", gradients as bucket views" : "") << "\n";
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device

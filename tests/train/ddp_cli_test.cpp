@@ -1,12 +1,16 @@
 // `train --procs N` end to end: the launcher starts N ranks over Gloo; a rank that dies makes
-// the launcher stop the others and exit naming it; bad DDP flags fail before anything starts.
+// the launcher stop the others and exit naming it; bad DDP flags fail before anything starts;
+// --ddp on one process trains exactly as without.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
+#include "common/multiprocess.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
 
@@ -25,6 +29,26 @@ TEST(DdpCli, TwoCpuRanksTrain) {
   EXPECT_NE(o.out.find("summary: vit_tiny on 2 ranks"), std::string::npos) << o.out;
   // Only rank 0 reports: one summary line.
   EXPECT_EQ(o.out.find("summary:"), o.out.rfind("summary:")) << o.out;
+}
+
+// --ddp on one process takes the data-parallel path (a Gloo group of one, the reducer, its
+// buckets and hook) and must train exactly as the plain path: the same weights, bit for bit.
+TEST(DdpCli, DdpOnOneProcessGivesTheSameWeights) {
+  testing::TempFolder dir("vitddp_ddp1");
+  const std::string args = "--steps 3 --bucket-mb 0.05 --momentum 0.9 " + kTiny;
+  Outcome plain = run("", args + " --save " + dir.path() + "/plain.safetensors");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("data parallel:"), std::string::npos) << plain.out;
+  Outcome ddp = run("", args + " --ddp --save " + dir.path() + "/ddp.safetensors");
+  ASSERT_EQ(ddp.code, 0) << ddp.out;
+  EXPECT_NE(ddp.out.find("data parallel: 1 rank (gloo), "), std::string::npos) << ddp.out;
+  auto bytes = [&](const std::string& name) {
+    std::ifstream in(dir.path() + "/" + name, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string a = bytes("plain.safetensors"), b = bytes("ddp.safetensors");
+  EXPECT_GT(a.size(), 10000u);
+  EXPECT_TRUE(a == b) << "the weights differ with --ddp on one process";
 }
 
 TEST(DdpCli, ADeadRankStopsTheRunAndIsNamed) {

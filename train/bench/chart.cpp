@@ -71,7 +71,9 @@ std::string throughput_chart_svg(const std::string& title, const std::vector<Tab
   const int height = top + plot_h + bottom;
 
   double max_value = 0;
-  for (const TableRow& t : rows) max_value = std::max({max_value, t.row.images_per_s, t.ideal_images_per_s});
+  for (const TableRow& t : rows)
+    for (double v : {t.row.images_per_s, t.ideal_images_per_s})
+      if (std::isfinite(v)) max_value = std::max(max_value, v);
   const AxisScale axis = nice_axis(max_value);
   auto x_of = [&](double v) { return left + plot_w * std::clamp(v / axis.max, 0.0, 1.0); };
 
@@ -126,16 +128,19 @@ std::string throughput_chart_svg(const std::string& title, const std::vector<Tab
   for (size_t i = 0; i < rows.size(); ++i) {
     const TableRow& t = rows[i];
     double y = top + gap + static_cast<double>(i) * (bar_h + gap);
-    double x_end = x_of(t.row.images_per_s);
-    std::string value = grouped(t.row.images_per_s, 1) + " img/s";
-    std::string speedup = num(t.speedup, 2) + "x";
+    // A failed run has no bar; an unknown speedup (no baseline) is "n/a"; linear scaling needs one.
+    const bool failed = !t.row.failure.empty();
+    const bool has_ideal = t.row.gpus > 1 && !failed && std::isfinite(t.ideal_images_per_s);
+    double x_end = x_of(failed ? 0.0 : t.row.images_per_s);
+    std::string value = failed ? "failed" : grouped(t.row.images_per_s, 1) + " img/s";
+    std::string speedup = std::isfinite(t.speedup) ? num(t.speedup, 2) + "x" : "n/a";
     svg += "  <text x=\"" + std::to_string(left - 10) + "\" y=\"" + num(y + bar_h / 2.0 + 5) +
            "\" font-size=\"13\" fill=\"#1a202c\" text-anchor=\"end\">" + xml_escape(t.row.label) + "</text>\n";
     svg += "  <rect class=\"bar\" x=\"" + std::to_string(left) + "\" y=\"" + num(y) + "\" width=\"" +
            num(std::max(0.0, x_end - left)) + "\" height=\"" + std::to_string(bar_h) + "\" rx=\"2\" fill=\"" +
-           colour[t.row.gpus] + "\"><title>" + xml_escape(t.row.label) + ": " + value + ", " + speedup +
-           "</title></rect>\n";
-    if (t.row.gpus > 1) {
+           colour[t.row.gpus] + "\"><title>" + xml_escape(t.row.label) + ": " +
+           xml_escape(failed ? "failed: " + t.row.failure : value + ", " + speedup) + "</title></rect>\n";
+    if (has_ideal) {
       double xi = x_of(t.ideal_images_per_s);
       svg += "  <line class=\"ideal\" x1=\"" + num(xi) + "\" y1=\"" + num(y - 3) + "\" x2=\"" + num(xi) + "\" y2=\"" +
              num(y + bar_h + 3) + "\" stroke=\"#1a202c\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\n";
@@ -143,13 +148,13 @@ std::string throughput_chart_svg(const std::string& title, const std::vector<Tab
     // The value goes right after the bar, or after the linear-scaling mark when it would cross it.
     double label_w = 7.2 * static_cast<double>(value.size() + speedup.size() + 3);
     double x_text = x_end + 8;
-    if (t.row.gpus > 1) {
+    if (has_ideal) {
       double xi = x_of(t.ideal_images_per_s);
       if (x_text + label_w > xi - 4 && x_text < xi + 4) x_text = std::max(x_end, xi) + 8;
     }
     svg += "  <text class=\"value\" x=\"" + num(x_text) + "\" y=\"" + num(y + bar_h / 2.0 + 5) +
-           "\" font-size=\"13\" fill=\"#1a202c\">" + value + " \u00b7 <tspan font-weight=\"bold\">" + speedup +
-           "</tspan></text>\n";
+           "\" font-size=\"13\" fill=\"#1a202c\">" + value +
+           (failed ? std::string() : " \u00b7 <tspan font-weight=\"bold\">" + speedup + "</tspan>") + "</text>\n";
   }
   svg += "</svg>\n";
   return svg;

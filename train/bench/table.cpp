@@ -2,7 +2,9 @@
 #include "train/bench/table.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstring>
 #include <fstream>
 
@@ -12,10 +14,15 @@
 namespace vitddp::bench {
 namespace {
 
-std::string fmt(const char* format, double v) {
+// `v` in `format`, or "n/a" (markdown) / "" (CSV) when it is unknown (NaN, or an empty optional).
+std::string fmt(const char* format, double v, const char* unknown = "n/a") {
+  if (!std::isfinite(v)) return unknown;
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, v);
   return buf;
+}
+double value_or_nan(const std::optional<double>& v) {
+  return v ? *v : std::numeric_limits<double>::quiet_NaN();
 }
 
 // A label inside a markdown table cell: '|' would end the cell.
@@ -57,11 +64,22 @@ std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const Ben
     VITDDP_CHECK(r.gpus >= 1, "row \"", r.label, "\" has ", r.gpus, " GPUs; it needs at least 1");
     TableRow t;
     t.row = r;
+    if (!r.failure.empty()) {
+      out.push_back(t);
+      continue;
+    }
     t.speedup = r.images_per_s / baseline.images_per_s;
     t.scaling_efficiency = t.speedup / r.gpus;
     t.ideal_images_per_s = baseline.images_per_s * r.gpus;
     out.push_back(t);
   }
+  return out;
+}
+
+std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows) {
+  const double unknown = std::numeric_limits<double>::quiet_NaN();
+  std::vector<TableRow> out;
+  for (const BenchRow& r : rows) out.push_back({r, unknown, unknown, unknown});
   return out;
 }
 
@@ -71,47 +89,80 @@ std::string table_markdown(const std::vector<TableRow>& rows) {
       "|---|--:|--:|--:|--:|--:|--:|--:|\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
-    md += "| " + markdown_cell(r.label) + " | " + std::to_string(r.gpus) + " | " + fmt("%.2f", r.steps_per_s) + " | " +
-          fmt("%.1f", r.images_per_s) + " | " + fmt("%.2fx", t.speedup) + " | " +
-          fmt("%.1f%%", 100.0 * t.scaling_efficiency) + " | " + fmt("%.1f", r.exposed_comm_ms) + " | " +
+    md += "| " + markdown_cell(r.label) + " | " + std::to_string(r.gpus) + " | ";
+    if (!r.failure.empty()) {
+      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |\n";
+      continue;
+    }
+    md += fmt("%.2f", r.steps_per_s) + " | " + fmt("%.1f", r.images_per_s) + " | " + fmt("%.2fx", t.speedup) + " | " +
+          fmt("%.1f%%", 100.0 * t.scaling_efficiency) + " | " + fmt("%.1f", value_or_nan(r.exposed_comm_ms)) + " | " +
           fmt("%.0f", r.peak_mib) + " |\n";
   }
   return md;
 }
 
 std::string table_csv(const std::vector<TableRow>& rows) {
-  std::string csv = "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib\n";
+  std::string csv =
+      "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,status\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
-    csv += csv_field(r.label) + "," + std::to_string(r.gpus) + "," + fmt("%.4f", r.steps_per_s) + "," +
-           fmt("%.3f", r.images_per_s) + "," + fmt("%.4f", t.speedup) + "," + fmt("%.4f", t.scaling_efficiency) + "," +
-           fmt("%.3f", r.exposed_comm_ms) + "," + fmt("%.1f", r.peak_mib) + "\n";
+    csv += csv_field(r.label) + "," + std::to_string(r.gpus) + ",";
+    if (!r.failure.empty()) {
+      csv += ",,,,,," + csv_field("failed: " + r.failure) + "\n";
+      continue;
+    }
+    csv += fmt("%.4f", r.steps_per_s, "") + "," + fmt("%.3f", r.images_per_s, "") + "," + fmt("%.4f", t.speedup, "") +
+           "," + fmt("%.4f", t.scaling_efficiency, "") + "," + fmt("%.3f", value_or_nan(r.exposed_comm_ms), "") + "," +
+           fmt("%.1f", r.peak_mib, "") + ",ok\n";
   }
   return csv;
 }
 
 nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& baseline) {
-  auto row_json = [](const BenchRow& r) {
-    return nlohmann::json{{"configuration", r.label},         {"gpus", r.gpus},
-                          {"steps_per_s", r.steps_per_s},     {"images_per_s", r.images_per_s},
-                          {"exposed_comm_ms", r.exposed_comm_ms}, {"peak_mib", r.peak_mib}};
+  // Unknown values (a failed run, n/a) are null.
+  auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  auto row_json = [&](const BenchRow& r) {
+    const bool ok = r.failure.empty();
+    nlohmann::json j{{"configuration", r.label},
+                     {"gpus", r.gpus},
+                     {"status", ok ? "ok" : "failed"},
+                     {"steps_per_s", ok ? number(r.steps_per_s) : nlohmann::json()},
+                     {"images_per_s", ok ? number(r.images_per_s) : nlohmann::json()},
+                     {"exposed_comm_ms", ok ? number(value_or_nan(r.exposed_comm_ms)) : nlohmann::json()},
+                     {"peak_mib", ok ? number(r.peak_mib) : nlohmann::json()}};
+    if (!ok) j["error"] = r.failure;
+    return j;
   };
   nlohmann::json out_rows = nlohmann::json::array();
   for (const TableRow& t : rows) {
     nlohmann::json j = row_json(t.row);
-    j["speedup"] = t.speedup;
-    j["scaling_efficiency"] = t.scaling_efficiency;
+    const bool ok = t.row.failure.empty();
+    j["speedup"] = ok ? number(t.speedup) : nlohmann::json();
+    j["scaling_efficiency"] = ok ? number(t.scaling_efficiency) : nlohmann::json();
     out_rows.push_back(j);
   }
   return {{"baseline", row_json(baseline)}, {"rows", out_rows}};
 }
 
+std::string table_document(const std::string& title, const std::vector<TableRow>& rows, const TableHeader& header) {
+  std::string md = "# " + title + "\n\n";
+  for (const auto& [key, value] : header) md += "- " + key + ": " + value + "\n";
+  if (!header.empty()) md += "\n";
+  return md + table_markdown(rows);
+}
+
 std::vector<std::string> write_table_files(const std::string& stem, const std::string& title,
-                                           const std::vector<TableRow>& rows, const BenchRow& baseline) {
+                                           const std::vector<TableRow>& rows, const BenchRow& baseline,
+                                           const TableHeader& header) {
   std::vector<std::string> paths = {stem + ".md", stem + ".csv", stem + ".json", stem + ".svg"};
-  write_file(paths[0], "# " + title + "\n\n" + table_markdown(rows));
+  write_file(paths[0], table_document(title, rows, header));
   write_file(paths[1], table_csv(rows));
-  write_file(paths[2], table_json(rows, baseline).dump(2) + "\n");
+  nlohmann::json json = table_json(rows, baseline);
+  if (!header.empty()) {
+    json["header"] = nlohmann::json::object();
+    for (const auto& [key, value] : header) json["header"][key] = value;
+  }
+  write_file(paths[2], json.dump(2) + "\n");
   write_file(paths[3], throughput_chart_svg(title, rows));
   return paths;
 }

@@ -10,7 +10,9 @@
 // right when a configuration changes the batch.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +24,9 @@ struct BenchRow {
   int gpus = 1;
   double steps_per_s = 0;
   double images_per_s = 0;
-  double exposed_comm_ms = 0;  // mean per step
-  double peak_mib = 0;         // peak device memory (MiB = 2^20 bytes)
+  std::optional<double> exposed_comm_ms;  // mean per step; empty when the run did not measure it ("n/a")
+  double peak_mib = 0;                    // peak device memory (MiB = 2^20 bytes)
+  std::string failure;                    // empty when the run succeeded, else what happened ("exit 2: ...")
 };
 
 struct TableRow {
@@ -34,16 +37,29 @@ struct TableRow {
 };
 
 // See Note [Speedup and scaling efficiency]. Throws vitddp::Error when the baseline has no
-// throughput or a row has gpus < 1.
+// throughput or a row has gpus < 1. A failed row gets speedup and efficiency 0.
 std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const BenchRow& baseline);
+// The rows with speedup and efficiency unknown (NaN, written "n/a"): for a failed baseline.
+std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows);
 
+// Lines written under the title of the markdown file and as "header" in the JSON file:
+// {"date", "2025-01-31 12:00 UTC"}, {"GPU", "NVIDIA H200"}, {"commit", "e4b297e"}.
+using TableHeader = std::vector<std::pair<std::string, std::string>>;
+
+// Markdown: a failed row shows its failure in place of the numbers; unmeasured values are "n/a".
+// CSV: a last column "status" ("ok" or the failure); JSON: "status" and, when failed, "error".
 std::string table_markdown(const std::vector<TableRow>& rows);
 std::string table_csv(const std::vector<TableRow>& rows);
 nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& baseline);
 
+// "# TITLE", the header as "- key: value" lines, then the markdown table: what STEM.md holds.
+std::string table_document(const std::string& title, const std::vector<TableRow>& rows,
+                           const TableHeader& header = {});
+
 // Writes STEM.md, STEM.csv, STEM.json and STEM.svg (the chart); returns the paths written.
 // Throws vitddp::Error naming a file that cannot be written.
 std::vector<std::string> write_table_files(const std::string& stem, const std::string& title,
-                                           const std::vector<TableRow>& rows, const BenchRow& baseline);
+                                           const std::vector<TableRow>& rows, const BenchRow& baseline,
+                                           const TableHeader& header = {});
 
 }  // namespace vitddp::bench

@@ -46,8 +46,39 @@ TEST(Table, MarkdownMatchesGolden) {
 TEST(Table, CsvQuotesLabelsAndKeepsPrecision) {
   std::string csv = table_csv(compute_table({{"a, \"quoted\"", 2, 1.23456, 10.5, 0.125, 99}}, kBaseline));
   EXPECT_EQ(csv,
-            "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib\n"
-            "\"a, \"\"quoted\"\"\",2,1.2346,10.500,0.0273,0.0137,0.125,99.0\n");
+            "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,status\n"
+            "\"a, \"\"quoted\"\"\",2,1.2346,10.500,0.0273,0.0137,0.125,99.0,ok\n");
+}
+
+// A failed run keeps its row, with the failure where the numbers would be; a value the run did
+// not report (exposed communication) and speedups without a baseline are "n/a".
+TEST(Table, FailedRowsAndUnknownValues) {
+  BenchRow failed{"broken", 2};
+  failed.failure = "exit 2: train: error: cannot read x.safetensors";
+  BenchRow unmeasured{"no trace", 2, 11.0, 704.0, std::nullopt, 4900};
+  std::vector<TableRow> t = compute_table({kBaseline, failed, unmeasured}, kBaseline);
+  EXPECT_EQ(t[1].speedup, 0.0);
+  const std::string md = table_markdown(t);
+  EXPECT_NE(md.find("| broken | 2 | failed: exit 2: train: error: cannot read x.safetensors |  |  |  |  |  |\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| no trace | 2 | 11.00 | 704.0 | 1.83x | 91.7% | n/a | 4900 |\n"), std::string::npos) << md;
+  const std::string csv = table_csv(t);
+  EXPECT_NE(csv.find("broken,2,,,,,,,failed: exit 2: train: error: cannot read x.safetensors\n"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("no trace,2,11.0000,704.000,1.8333,0.9167,,4900.0,ok\n"), std::string::npos) << csv;
+  nlohmann::json j = table_json(t, kBaseline);
+  EXPECT_EQ(j["rows"][1]["status"], "failed");
+  EXPECT_EQ(j["rows"][1]["error"], failed.failure);
+  EXPECT_TRUE(j["rows"][1]["images_per_s"].is_null());
+  EXPECT_TRUE(j["rows"][2]["exposed_comm_ms"].is_null());
+  EXPECT_EQ(j["rows"][2]["status"], "ok");
+
+  // A failed baseline: the other rows keep their numbers, speedups are unknown.
+  std::vector<TableRow> orphan = table_without_baseline({failed, unmeasured});
+  EXPECT_NE(table_markdown(orphan).find("| no trace | 2 | 11.00 | 704.0 | n/a | n/a | n/a | 4900 |"), std::string::npos)
+      << table_markdown(orphan);
+  EXPECT_TRUE(table_json(orphan, failed)["rows"][1]["speedup"].is_null());
 }
 
 TEST(Table, JsonHoldsBaselineAndRows) {
@@ -78,6 +109,13 @@ TEST(Table, WritesMarkdownCsvJsonAndChart) {
   EXPECT_EQ(first, "# seed article, 2 GPUs");
   std::ifstream json(stem + ".json");
   EXPECT_NO_THROW(nlohmann::json::parse(json));
+  // A header goes under the title of the markdown file and into the JSON file.
+  write_table_files(stem, "t", compute_table(rows(), kBaseline), kBaseline, {{"date", "today"}, {"commit", "abc"}});
+  std::ifstream md2(stem + ".md");
+  std::string text((std::istreambuf_iterator<char>(md2)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("# t\n\n- date: today\n- commit: abc\n\n| configuration |", 0), 0u) << text;
+  std::ifstream json2(stem + ".json");
+  EXPECT_EQ(nlohmann::json::parse(json2)["header"]["commit"], "abc");
   EXPECT_TRUE(testing::throws_with(
       [&] { write_table_files(dir.path() + "/missing/x", "t", compute_table(rows(), kBaseline), kBaseline); },
       {"cannot write", "missing/x.md"}));
