@@ -42,8 +42,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
       {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
       {"sm-carveout", &c.sm_carveout,
-       "GPU DDP: NCCL uses at most N SMs per collective and matrix products are tuned for the other SMs, so "
-       "communication kernels running beside backward do not leave GEMM waves one SM short (0: off)"},
+       "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
+       "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
       {"checkpoint-dir", &c.checkpoint_dir, "folder for checkpoints (each rank writes its own files)"},
       {"checkpoint-every", &c.checkpoint_every, "save a checkpoint every N steps (0: only when stopped by a signal)"},

@@ -162,6 +162,28 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
 
 namespace {
 
+// --sm-carveout for a scope (the backward pass, while buckets are all-reduced beside it).
+class GemmSmCarveout {
+ public:
+  GemmSmCarveout(Device device, int64_t sms) : active_(device.is_cuda() && sms > 0) {
+#if VITDDP_WITH_CUDA
+    if (active_) cuda::set_gemm_sm_carveout(static_cast<int>(sms));
+#else
+    (void)sms;
+#endif
+  }
+  ~GemmSmCarveout() {
+#if VITDDP_WITH_CUDA
+    if (active_) cuda::set_gemm_sm_carveout(0);
+#endif
+  }
+  GemmSmCarveout(const GemmSmCarveout&) = delete;
+  GemmSmCarveout& operator=(const GemmSmCarveout&) = delete;
+
+ private:
+  bool active_;
+};
+
 void configure_device(const Device& device, const TrainConfig& config) {
   if (device.is_cpu()) {
     VITDDP_CHECK(config.precision == "fp32", "--precision ", config.precision,
@@ -171,7 +193,6 @@ void configure_device(const Device& device, const TrainConfig& config) {
 #if VITDDP_WITH_CUDA
   cuda::set_device(device.index);
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
-  cuda::set_gemm_sm_carveout(static_cast<int>(config.sm_carveout));
 #endif
 }
 
@@ -414,7 +435,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         // included; the traced compute interval ends when backward's kernels are issued, so that
         // time the compute stream spends waiting for communication counts as exposed.
         TracedPhase phase(tracing, kTraceBackward, NvtxColor::kBackward);
-        loss.backward();
+        {
+          // Communication runs beside backward only: forward keeps the whole device.
+          GemmSmCarveout carveout(device, ddp.reducer && sync ? config.sm_carveout : 0);
+          loss.backward();
+        }
         phase.end_gpu();
         if (ddp.reducer) ddp.reducer->finalize();
       }

@@ -54,6 +54,17 @@ TEST_P(CudaOps, Linear) {
   EXPECT_TRUE(matches(no_bias, {input({33, 64}, gen_), input({48, 64}, gen_)}));
 }
 
+// --sm-carveout: products planned for fewer SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) are
+// other algorithms with the same results.
+TEST_P(CudaOps, LinearWithSmCarveout) {
+  auto fn = [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); };
+  for (int sms : {2, 16}) {
+    cuda::set_gemm_sm_carveout(sms);
+    EXPECT_TRUE(matches(fn, {input({8, 50, 256}, gen_), input({384, 256}, gen_), input({384}, gen_)})) << sms;
+  }
+  cuda::set_gemm_sm_carveout(0);
+}
+
 TEST_P(CudaOps, Matmul) {
   auto fn = [](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); };
   EXPECT_TRUE(matches(fn, {input({2, 3, 17, 24}, gen_), input({2, 3, 24, 40}, gen_)}));
