@@ -1,10 +1,13 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
-// stderr and a distinct exit code (train/exit_codes.h).
+// stderr and a distinct exit code (train/exit_codes.h). Subcommand: `train bench allreduce ...`
+// (train/bench/allreduce_bench.h).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "distributed/launcher.h"
+#include "train/bench/allreduce_bench.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
 #include "train/trainer.h"
@@ -12,6 +15,8 @@
 int main(int argc, char** argv) {
   using namespace vitddp;
   try {
+    if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "allreduce") == 0)
+      return bench::run_bench_allreduce(argc, argv);
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     RankEnvironment env = read_rank_environment();
