@@ -1,6 +1,6 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
-// stderr and a distinct exit code (train/exit_codes.h). Subcommand: `train bench allreduce ...`
-// (train/bench/allreduce_bench.h).
+// stderr and a distinct exit code (train/exit_codes.h). Subcommands: `train bench allreduce ...`
+// (train/bench/allreduce_bench.h) and `train topology` (train/topology.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include "train/bench/allreduce_bench.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
+#include "train/topology.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   try {
     if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "allreduce") == 0)
       return bench::run_bench_allreduce(argc, argv);
+    if (argc > 1 && std::strcmp(argv[1], "topology") == 0) return run_topology(argc, argv);
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     RankEnvironment env = read_rank_environment();
