@@ -1,14 +1,19 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
-// stderr and a distinct exit code (train/exit_codes.h).
+// stderr and a distinct exit code (train/exit_codes.h). Subcommands: `train bench --sweep` and
+// `train bench allreduce ...`
+// (train/bench/), `train topology` (train/topology.h).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 
 #include "distributed/launcher.h"
+#include "train/bench/allreduce_bench.h"
 #include "train/bench/bench_command.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
+#include "train/topology.h"
 #include "train/trace.h"
 #include "train/trainer.h"
 
@@ -16,7 +21,10 @@ int main(int argc, char** argv) {
   using namespace vitddp;
   try {
     // Subcommands; anything else is a training run.
-    if (argc > 1 && std::string(argv[1]) == "bench") return bench::run_bench_command(argc, argv);
+    if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "allreduce") == 0)
+      return bench::run_bench_allreduce(argc, argv);
+    if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench::run_bench_command(argc, argv);
+    if (argc > 1 && std::strcmp(argv[1], "topology") == 0) return run_topology(argc, argv);
     TrainConfig config;
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     if (!config.trace.empty()) check_trace_path(config.trace);  // before anything runs
