@@ -1,0 +1,415 @@
+// Tensor-core kernels for fused multi-head attention on packed qkv (B, N, 3D), bf16/f16, head
+// dim 64, N <= 64. One block of four warps per (batch, head): the head's q, k, v (and dO) are
+// copied with 16-byte loads into 64 x 64 shared tiles, rows >= N zero-filled; warp w owns rows
+// [16w, 16w + 16). Products are mma.sync m16n8k16 with fp32 accumulators, fed by ldmatrix;
+// softmax is fp32 in registers with keys >= N masked to probability 0, and P (and dS) are
+// rounded to the input type only where they feed a product. Rows >= N are never written.
+// Backward recomputes P from q and k, as the SIMT kernels do.
+//
+// Fragment layouts (PTX ISA, "mma.m16n8k16"): with g = lane / 4 and c = lane % 4, an f32
+// accumulator of one 16 x 8 tile holds (g, 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1);
+// a 16 x 16 A fragment holds rows g, g + 8 and columns 2c, 2c + 1, 2c + 8, 2c + 9 in four
+// registers, so the accumulators of two adjacent 16 x 8 tiles are, repacked, an A fragment
+// (P feeds P V without going through shared memory).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "framework/cuda/check.h"
+#include "framework/cuda/kernel_utils.cuh"
+#include "framework/cuda/multi_head_attention_tc.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+namespace {
+
+constexpr int kTile = 64;                   // rows (tokens, padded) and columns (head dims)
+constexpr int kStride = kTile + 8;          // elements per shared row: 144 bytes, so the 8 rows
+                                            // an ldmatrix phase reads start in distinct banks
+constexpr int kTileElems = kTile * kStride;
+constexpr int kVec = 8;                     // elements per 16-byte vector
+constexpr int kWarps = kTile / 16;          // 16 rows per warp
+constexpr int kTcBlock = 32 * kWarps;
+constexpr int kForwardTiles = 3;            // q, k, v
+constexpr int kBackwardTiles = 6;           // q, k, v, dO, P, dS
+constexpr float kLog2e = 1.4426950408889634f;
+
+static_assert(kTile == kTcHeadDim && kTile == kTcMaxSeqLen, "one tile per head");
+
+using Acc = float[8][4];  // a warp's 16 x 64 fp32 result: eight 16 x 8 accumulator tiles
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+// c (16 x 8, f32) += a (16 x 16) b (16 x 8).
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __half>, "bf16 or f16");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to T, `lo` in the low half (the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &v, sizeof(u));
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&u, &v, sizeof(u));
+  }
+  return u;
+}
+
+// ---------------------------------------------------------------- fragments from shared tiles
+// Tiles are row-major (kTile, kStride) arrays of T. `l` is the lane; ldmatrix .x4 takes the
+// row addresses of matrix i from lanes [8i, 8i + 8) and returns matrix i in register i.
+
+// A (16 x 16) = tile[r0 .. r0 + 16)[c0 .. c0 + 16).
+template <typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int r0, int c0) {
+  const int l = threadIdx.x % 32;
+  ldmatrix_x4(a, tile + (r0 + l % 16) * kStride + c0 + (l / 16) * 8);
+}
+
+// A (16 x 16) with A[m][k] = tile[k0 + k][m0 + m] (the transpose of a stored block).
+template <typename T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int k0, int m0) {
+  const int l = threadIdx.x % 32, i = l / 8;
+  ldmatrix_x4_trans(a, tile + (k0 + (i / 2) * 8 + l % 8) * kStride + m0 + (i % 2) * 8);
+}
+
+// B of two adjacent n-tiles, B[k][n] = tile[n0 + n][k0 + k] (the tile holds B^T, as K does for
+// Q K^T): b[0], b[1] for columns [n0, n0 + 8), b[2], b[3] for [n0 + 8, n0 + 16).
+template <typename T>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int n0, int k0) {
+  const int l = threadIdx.x % 32, i = l / 8;
+  ldmatrix_x4(b, tile + (n0 + (i / 2) * 8 + l % 8) * kStride + k0 + (i % 2) * 8);
+}
+
+// B of two adjacent n-tiles, B[k][n] = tile[k0 + k][n0 + n] (the tile holds B, as V does for
+// P V); registers as in load_b.
+template <typename T>
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const T* tile, int k0, int n0) {
+  const int l = threadIdx.x % 32, i = l / 8;
+  ldmatrix_x4_trans(b, tile + (k0 + (i % 2) * 8 + l % 8) * kStride + n0 + (i / 2) * 8);
+}
+
+// The A fragment of columns [16 kc, 16 kc + 16) of a warp's accumulators, rounded to T.
+template <typename T>
+__device__ __forceinline__ void a_from_acc(uint32_t (&a)[4], const Acc& acc, int kc) {
+  a[0] = pack2<T>(acc[2 * kc][0], acc[2 * kc][1]);
+  a[1] = pack2<T>(acc[2 * kc][2], acc[2 * kc][3]);
+  a[2] = pack2<T>(acc[2 * kc + 1][0], acc[2 * kc + 1][1]);
+  a[3] = pack2<T>(acc[2 * kc + 1][2], acc[2 * kc + 1][3]);
+}
+
+__device__ __forceinline__ void zero(Acc& acc) {
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
+}
+
+// acc (16 x 64) += A (16 x 64) B (64 x 64), skipping the 16-wide chunks of k at or beyond
+// k_limit and of n at or beyond n_limit (all-padding rows or columns). load_a(a, kc) gives the
+// A fragment of k chunk kc; load_b(b, kc, np) the B fragments of k chunk kc, n-tiles 2np, 2np + 1.
+template <typename T, typename LoadA, typename LoadB>
+__device__ __forceinline__ void warp_product(Acc& acc, int k_limit, int n_limit, LoadA&& load_a_chunk,
+                                             LoadB&& load_b_pair) {
+#pragma unroll
+  for (int kc = 0; kc < kTile / 16; ++kc) {
+    if (16 * kc < k_limit) {
+      uint32_t a[4];
+      load_a_chunk(a, kc);
+#pragma unroll
+      for (int np = 0; np < kTile / 16; ++np) {
+        if (16 * np < n_limit) {
+          uint32_t b[4];
+          load_b_pair(b, kc, np);
+          mma<T>(acc[2 * np], a, b[0], b[1]);
+          mma<T>(acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+  }
+}
+
+// Writes a warp's accumulators, rounded to T, to rows [row0, row0 + 16) of a tile.
+template <typename T>
+__device__ __forceinline__ void store_acc(const Acc& acc, T* tile, int row0) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    T* p = tile + (row0 + g) * kStride + 8 * t + 2 * c;
+    *reinterpret_cast<uint32_t*>(p) = pack2<T>(acc[t][0], acc[t][1]);
+    *reinterpret_cast<uint32_t*>(p + 8 * kStride) = pack2<T>(acc[t][2], acc[t][3]);
+  }
+}
+
+// ---------------------------------------------------------------- global <-> shared
+
+// Copies rows [0, n) of kCount 64-column slices of a row-major matrix (row stride `ld`; slice s
+// starts at column s * slice_stride) into consecutive tiles; rows [n, 64) become zeros, so
+// padded keys and values contribute nothing and never hold NaN. The whole block calls it.
+template <int kCount, typename T>
+__device__ __forceinline__ void load_tiles(const T* __restrict__ src, int64_t ld, int64_t slice_stride, int n,
+                                           T* tiles) {
+  constexpr int kVecsPerTile = kTile * kTile / kVec;
+  static_assert(kCount * kVecsPerTile % kTcBlock == 0, "whole rounds");
+#pragma unroll
+  for (int it = 0; it < kCount * kVecsPerTile / kTcBlock; ++it) {
+    const int idx = threadIdx.x + it * kTcBlock;
+    const int s = idx / kVecsPerTile, r = (idx / (kTile / kVec)) % kTile, c = (idx % (kTile / kVec)) * kVec;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < n) v = *reinterpret_cast<const uint4*>(src + r * ld + s * slice_stride + c);
+    *reinterpret_cast<uint4*>(tiles + s * kTileElems + r * kStride + c) = v;
+  }
+}
+
+// Copies the valid rows of [row0, row0 + 16) of a tile to dst (row stride ld); one warp.
+template <typename T>
+__device__ __forceinline__ void store_rows(const T* tile, int row0, int n, T* __restrict__ dst, int64_t ld) {
+  const int l = threadIdx.x % 32;
+#pragma unroll
+  for (int it = 0; it < 16 * (kTile / kVec) / 32; ++it) {
+    const int idx = l + 32 * it;
+    const int r = row0 + idx / (kTile / kVec), c = (idx % (kTile / kVec)) * kVec;
+    if (r < n) *reinterpret_cast<uint4*>(dst + r * ld + c) = *reinterpret_cast<const uint4*>(tile + r * kStride + c);
+  }
+}
+
+// ---------------------------------------------------------------- kernels
+
+// p = softmax(scale * q k^T) for the warp's rows [row0, row0 + 16), fp32; keys >= n get 0.
+// scale_log2 = scale * log2(e).
+template <typename T>
+__device__ __forceinline__ void attention_probs(const T* q, const T* k, int n, int row0, float scale_log2, Acc& p) {
+  zero(p);
+  warp_product<T>(
+      p, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, q, row0, 16 * kc); },
+      [&](uint32_t(&b)[4], int kc, int np) { load_b(b, k, 16 * np, 16 * kc); });
+  const int c = threadIdx.x % 4;
+  float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (8 * t + 2 * c + (e & 1) >= n) p[t][e] = -INFINITY;
+      row_max[e / 2] = fmaxf(row_max[e / 2], p[t][e]);
+    }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // a row lives in the four lanes of one quad
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+  }
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      p[t][e] = exp2f((p[t][e] - row_max[e / 2]) * scale_log2);  // masked: exp2(-inf) = 0
+      sum[e / 2] += p[t][e];
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    sum[r] = 1.0f / sum[r];
+  }
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[t][e] *= sum[e / 2];
+}
+
+// O = softmax(scale q k^T) v; grid B * H, kTcBlock threads.
+template <typename T>
+__global__ void __launch_bounds__(kTcBlock) mha_forward_tc_kernel(const T* __restrict__ qkv, T* __restrict__ out,
+                                                                   int n, int heads, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q = reinterpret_cast<T*>(smem);  // (64, kStride) each: q, k, v
+  T* k = q + kTileElems;
+  T* v = k + kTileElems;
+  const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
+  load_tiles<kForwardTiles>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
+  __syncthreads();
+  const int row0 = 16 * (threadIdx.x / 32);
+  if (row0 >= n) return;  // only padding rows; no block barrier follows
+  Acc p, o;
+  attention_probs(q, k, n, row0, scale_log2, p);
+  zero(o);
+  warp_product<T>(
+      o, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc<T>(a, p, kc); },
+      [&](uint32_t(&bf)[4], int kc, int np) { load_b_trans(bf, v, 16 * kc, 16 * np); });
+  // Stage O in this warp's own q rows (no other warp reads them) for 16-byte stores.
+  __syncwarp();
+  store_acc(o, q, row0);
+  __syncwarp();
+  store_rows(q, row0, n, out + b * n * dim + h * kTile, dim);
+}
+
+// dqkv from qkv and dO; grid B * H, kTcBlock threads. Per warp, query rows [row0, row0 + 16):
+// P, dP = dO V^T, D = rowsum(P * dP), dS = P (dP - D) scale, dQ = dS K; then, once all P and dS
+// are in shared memory, key rows [row0, row0 + 16): dV = P^T dO, dK = dS^T Q.
+template <typename T>
+__global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __restrict__ qkv,
+                                                                    const T* __restrict__ dout,
+                                                                    T* __restrict__ dqkv, int n, int heads,
+                                                                    float scale, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q = reinterpret_cast<T*>(smem);  // (64, kStride) each: q, k, v, dO, P, dS
+  T* k = q + kTileElems;
+  T* v = k + kTileElems;
+  T* dO = v + kTileElems;
+  T* p_tile = dO + kTileElems;
+  T* ds_tile = p_tile + kTileElems;
+  const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
+  load_tiles<3>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
+  load_tiles<1>(dout + b * n * dim + h * kTile, dim, 0, n, dO);
+  __syncthreads();
+
+  const int l = threadIdx.x % 32, g = l / 4, row0 = 16 * (threadIdx.x / 32);
+  const bool active = row0 < n;  // warps of only padding rows skip the work, not the barriers
+  Acc ds, dq, dv, dk;
+  if (active) {
+    Acc p;
+    attention_probs(q, k, n, row0, scale_log2, p);
+    // Padded query rows get P = 0 (their dO is 0 too), so they add nothing to dV and dK.
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (row0 + g + 8 * (e / 2) >= n) p[t][e] = 0.0f;
+    zero(ds);
+    warp_product<T>(
+        ds, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, dO, row0, 16 * kc); },
+        [&](uint32_t(&bf)[4], int kc, int np) { load_b(bf, v, 16 * np, 16 * kc); });  // dP = dO V^T
+    float d[2] = {0.0f, 0.0f};  // D for rows g and g + 8: sum_j P_ij dP_ij = dO_i . O_i
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[e / 2] += p[t][e] * ds[t][e];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      d[r] += __shfl_xor_sync(0xffffffffu, d[r], 1);
+      d[r] += __shfl_xor_sync(0xffffffffu, d[r], 2);
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[t][e] = p[t][e] * (ds[t][e] - d[e / 2]) * scale;
+    store_acc(p, p_tile, row0);
+    store_acc(ds, ds_tile, row0);
+  }
+  __syncthreads();  // P and dS complete; V is read no more
+  if (active) {
+    zero(dq);
+    warp_product<T>(
+        dq, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc<T>(a, ds, kc); },
+        [&](uint32_t(&bf)[4], int kc, int np) { load_b_trans(bf, k, 16 * kc, 16 * np); });  // dQ = dS K
+    store_acc(dq, v, row0);  // staged in V's tile
+    zero(dv);
+    warp_product<T>(
+        dv, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, p_tile, 16 * kc, row0); },
+        [&](uint32_t(&bf)[4], int kc, int np) { load_b_trans(bf, dO, 16 * kc, 16 * np); });  // dV = P^T dO
+    zero(dk);
+    warp_product<T>(
+        dk, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, ds_tile, 16 * kc, row0); },
+        [&](uint32_t(&bf)[4], int kc, int np) { load_b_trans(bf, q, 16 * kc, 16 * np); });  // dK = dS^T Q
+  }
+  __syncthreads();  // Q and dO are read no more
+  if (active) {
+    store_acc(dk, q, row0);
+    store_acc(dv, dO, row0);
+    __syncwarp();
+    T* base = dqkv + b * n * 3 * dim + h * kTile;
+    store_rows(v, row0, n, base, 3 * dim);
+    store_rows(q, row0, n, base + dim, 3 * dim);
+    store_rows(dO, row0, n, base + 2 * dim, 3 * dim);
+  }
+}
+
+// Calls fn(T{}) for bf16 and f16.
+template <typename Fn>
+void dispatch_half(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kBF16: fn(__nv_bfloat16{}); return;
+    case DType::kF16: fn(__half{}); return;
+    default: break;
+  }
+  VITDDP_ASSERT(false, op, ": tensor-core kernels take bf16 and f16, got ", dtype_name(dtype));
+}
+
+constexpr size_t tile_bytes(int tiles) { return static_cast<size_t>(tiles) * kTileElems * 2; }
+
+}  // namespace
+
+bool tc_attention_fits(DType dtype, int64_t seq_len, int64_t head_dim) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && head_dim == kTcHeadDim && seq_len >= 1 &&
+         seq_len <= kTcMaxSeqLen;
+}
+
+void mha_forward_tc(const Tensor& qkv, int64_t num_heads, const Tensor& out) {
+  const int64_t b = qkv.size(0), n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
+  VITDDP_ASSERT(tc_attention_fits(qkv.dtype(), n, hd), "mha_forward_tc: shape does not fit");
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(hd));
+  constexpr size_t bytes = tile_bytes(kForwardTiles);
+  static_assert(bytes <= 48 * 1024, "no opt-in needed");
+  dispatch_half(qkv.dtype(), "multi_head_attention", [&](auto zero) {
+    using T = decltype(zero);
+    mha_forward_tc_kernel<T><<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+        qkv.data<T>(), out.data<T>(), static_cast<int>(n), static_cast<int>(num_heads), scale_log2);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void mha_backward_tc(const Tensor& qkv, const Tensor& dout, int64_t num_heads, const Tensor& dqkv) {
+  const int64_t b = qkv.size(0), n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
+  VITDDP_ASSERT(tc_attention_fits(qkv.dtype(), n, hd), "mha_backward_tc: shape does not fit");
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  constexpr size_t bytes = tile_bytes(kBackwardTiles);  // 54 KB: four blocks per SM
+  dispatch_half(qkv.dtype(), "multi_head_attention backward", [&](auto zero) {
+    using T = decltype(zero);
+    CUDA_CHECK(cudaFuncSetAttribute(mha_backward_tc_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)));
+    mha_backward_tc_kernel<T><<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+        qkv.data<T>(), dout.data<T>(), dqkv.data<T>(), static_cast<int>(n), static_cast<int>(num_heads), scale,
+        scale * kLog2e);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace vitddp::cuda

@@ -1,0 +1,255 @@
+// The tensor-core attention kernels (bf16/f16, head_dim 64, N <= 64) forward and backward,
+// against (a) the f32 SIMT fused kernel and (b) the CPU's composed attention, both on the same
+// inputs rounded to the 16-bit type. New device memory is poisoned (NaN bytes) so unwritten
+// outputs fail, and every output is followed by guard elements that padded rows must not touch.
+// Errors are max |got - want| over max |want|, per output (O, dQ, dK, dV); each comparison
+// prints its worst element. A last test prints microseconds per call of both kernels at the
+// ViT-L/32 shape (it asserts nothing about time).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/gpu.h"
+#include "framework/cuda/multi_head_attention.h"
+#include "framework/cuda/stream.h"
+#include "framework/ops/attention.h"
+
+namespace vitddp {
+namespace {
+
+// Before any device allocation: every new block is filled with 0xFF bytes (NaN).
+const bool kPoisonAllocations = (setenv("VITDDP_POISON_ALLOC", "1", 1), true);
+
+using cuda::MhaKernel;
+using testing::random_tensor;
+
+constexpr int64_t kHeadDim = 64;
+constexpr int64_t kGuardRows = 64;
+constexpr double kGuardValue = 7.0;
+
+struct Case {
+  DType dtype;
+  int64_t batch, seq_len, heads;
+  double tol;  // max |error| / max |reference|
+};
+
+std::string case_name(const Case& c) {
+  std::ostringstream s;
+  s << dtype_name(c.dtype) << "_B" << c.batch << "_N" << c.seq_len << "_H" << c.heads;
+  return s.str();
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " tol " << c.tol; }
+
+// A device tensor of `shape` (poisoned) followed by guard elements set to kGuardValue: room for
+// 64 more rows, as far as a padded row of the last (batch, head) could reach.
+struct Guarded {
+  Tensor all;    // (numel + guard)
+  Tensor view;   // shape, contiguous, over the front of `all`
+  Tensor guard;  // (guard)
+};
+
+Guarded guarded(const Shape& shape, DType dtype) {
+  const int64_t numel = shape_numel(shape), guard = kGuardRows * shape.back();
+  Guarded g;
+  g.all = Tensor::empty({numel + guard}, dtype, Device::cuda(0));
+  g.view = g.all.as_strided(shape, contiguous_strides(shape), 0);
+  g.guard = g.all.as_strided({guard}, {1}, numel);
+  g.guard.fill_(kGuardValue);
+  return g;
+}
+
+::testing::AssertionResult guard_intact(const std::string& what, const Guarded& g) {
+  std::vector<double> v = g.guard.to_vector();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != kGuardValue)
+      return ::testing::AssertionFailure() << what << ": guard element " << i << " past the output was overwritten ("
+                                           << v[i] << "): a padded row wrote";
+  return ::testing::AssertionSuccess();
+}
+
+// Checks got against want (both (B, N, C) as flat vectors) over columns [c0, c1); prints the
+// worst element either way.
+::testing::AssertionResult close(const std::string& what, const std::vector<double>& got,
+                                 const std::vector<double>& want, int64_t seq_len, int64_t cols, int64_t c0,
+                                 int64_t c1, double tol) {
+  double max_err = 0, ref_max = 0;
+  int64_t worst = -1, nonfinite = 0, first_nonfinite = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const int64_t c = static_cast<int64_t>(i) % cols;
+    if (c < c0 || c >= c1) continue;
+    if (!std::isfinite(got[i])) {
+      if (nonfinite++ == 0) first_nonfinite = static_cast<int64_t>(i);
+      continue;
+    }
+    const double err = std::fabs(got[i] - want[i]);
+    if (err > max_err || worst < 0) max_err = err, worst = static_cast<int64_t>(i);
+    ref_max = std::max(ref_max, std::fabs(want[i]));
+  }
+  auto at = [&](int64_t i) {
+    std::ostringstream s;
+    s << "[b " << i / cols / seq_len << ", n " << (i / cols) % seq_len << ", c " << i % cols << "]";
+    return s.str();
+  };
+  // A floor on the scale: with one token dQ and dK are exactly 0.
+  const double rel = max_err / std::max(ref_max, 1e-3);
+  std::ostringstream line;
+  line << what << ": rel " << rel << " (max |err| " << max_err;
+  if (worst >= 0) line << " at " << at(worst) << ": got " << got[worst] << ", want " << want[worst];
+  line << "; max |want| " << ref_max << ")";
+  std::printf("  %s\n", line.str().c_str());
+  if (nonfinite > 0)
+    return ::testing::AssertionFailure() << what << ": " << nonfinite << " non-finite elements (unwritten or NaN), first at "
+                                         << at(first_nonfinite) << " = " << got[first_nonfinite];
+  if (!(rel < tol)) return ::testing::AssertionFailure() << line.str() << " >= " << tol;
+  return ::testing::AssertionSuccess();
+}
+
+class AttentionTensorCores : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    VITDDP_REQUIRE_GPU();
+    ASSERT_TRUE(kPoisonAllocations);
+  }
+};
+
+// (a) and (b) for out and dqkv; the default (kAuto) choice is checked to be the tensor-core
+// kernel, bit for bit.
+TEST_P(AttentionTensorCores, MatchesSimtF32AndCpu) {
+  const Case c = GetParam();
+  const int64_t b = c.batch, n = c.seq_len, heads = c.heads, d = heads * kHeadDim;
+  const std::string name = case_name(c);
+  std::printf("%s\n", name.c_str());
+  Generator gen(1000 + static_cast<uint64_t>(b * 7919 + n * 131 + heads));
+  // Inputs of the scale of a trained layer's q, k, v (scores of std ~1.3), rounded to the
+  // 16-bit type so every path sees the same values.
+  const Tensor qkv32 = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(c.dtype).to(DType::kF32);
+  const Tensor dout32 = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(c.dtype).to(DType::kF32);
+
+  // Tensor cores, 16-bit.
+  const Tensor qkv_h = qkv32.to(c.dtype).to(Device::cuda(0)), dout_h = dout32.to(c.dtype).to(Device::cuda(0));
+  Guarded out_tc = guarded({b, n, d}, c.dtype), dqkv_tc = guarded({b, n, 3 * d}, c.dtype);
+  cuda::mha_forward(qkv_h, heads, out_tc.view, MhaKernel::kTensorCore);
+  cuda::mha_backward(qkv_h, dout_h, heads, dqkv_tc.view, MhaKernel::kTensorCore);
+  EXPECT_TRUE(guard_intact(name + " out", out_tc));
+  EXPECT_TRUE(guard_intact(name + " dqkv", dqkv_tc));
+
+  // (a) The SIMT kernels in f32.
+  const Tensor qkv_f = qkv32.to(Device::cuda(0)), dout_f = dout32.to(Device::cuda(0));
+  Tensor out_f = Tensor::empty({b, n, d}, DType::kF32, Device::cuda(0));
+  Tensor dqkv_f = Tensor::empty({b, n, 3 * d}, DType::kF32, Device::cuda(0));
+  cuda::mha_forward(qkv_f, heads, out_f, MhaKernel::kSimt);
+  cuda::mha_backward(qkv_f, dout_f, heads, dqkv_f, MhaKernel::kSimt);
+
+  // (b) The CPU's composed attention in f32, through autograd.
+  Tensor qkv_c = qkv32.clone().set_requires_grad(true);
+  Tensor out_c = multi_head_attention(qkv_c, heads);
+  out_c.backward(dout32);
+  const Tensor dqkv_c = qkv_c.grad();
+  ASSERT_TRUE(dqkv_c.defined());
+
+  const std::vector<double> o_tc = out_tc.view.to_vector(), g_tc = dqkv_tc.view.to_vector();
+  const std::vector<double> o_f = out_f.to_vector(), g_f = dqkv_f.to_vector();
+  const std::vector<double> o_c = out_c.to_vector(), g_c = dqkv_c.to_vector();
+  struct Ref {
+    const char* label;
+    const std::vector<double>& out;
+    const std::vector<double>& dqkv;
+  };
+  for (const Ref& ref : {Ref{"SIMT f32", o_f, g_f}, Ref{"CPU f32", o_c, g_c}}) {
+    const std::string vs = std::string(" vs ") + ref.label;
+    EXPECT_TRUE(close("O" + vs, o_tc, ref.out, n, d, 0, d, c.tol));
+    EXPECT_TRUE(close("dQ" + vs, g_tc, ref.dqkv, n, 3 * d, 0, d, c.tol));
+    EXPECT_TRUE(close("dK" + vs, g_tc, ref.dqkv, n, 3 * d, d, 2 * d, c.tol));
+    EXPECT_TRUE(close("dV" + vs, g_tc, ref.dqkv, n, 3 * d, 2 * d, 3 * d, c.tol));
+  }
+  // The two references agree, so a failure above points at the tensor-core kernels.
+  EXPECT_TRUE(close("O SIMT f32 vs CPU f32", o_f, o_c, n, d, 0, d, 1e-4));
+  EXPECT_TRUE(close("dqkv SIMT f32 vs CPU f32", g_f, g_c, n, 3 * d, 0, 3 * d, 1e-4));
+
+  // The default choice for this dtype and shape is the tensor-core kernel.
+  Tensor out_auto = Tensor::empty({b, n, d}, c.dtype, Device::cuda(0));
+  Tensor dqkv_auto = Tensor::empty({b, n, 3 * d}, c.dtype, Device::cuda(0));
+  cuda::mha_forward(qkv_h, heads, out_auto);
+  cuda::mha_backward(qkv_h, dout_h, heads, dqkv_auto);
+  EXPECT_EQ(out_auto.to_vector(), o_tc) << name << ": kAuto forward differs from kTensorCore";
+  EXPECT_EQ(dqkv_auto.to_vector(), g_tc) << name << ": kAuto backward differs from kTensorCore";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTensorCores,
+    ::testing::Values(Case{DType::kBF16, 32, 50, 16, 2e-2},  // ViT-L/32
+                      Case{DType::kBF16, 2, 64, 2, 2e-2},    // a full tile
+                      Case{DType::kBF16, 3, 17, 4, 2e-2},    // padding inside a warp's rows
+                      Case{DType::kBF16, 1, 1, 1, 2e-2},     // one token: three idle warps
+                      Case{DType::kF16, 32, 50, 16, 5e-3}, Case{DType::kF16, 3, 17, 4, 5e-3}),
+    [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+TEST(AttentionTensorCoresDispatch, F32AndOtherShapesAreNotTensorCore) {
+  VITDDP_REQUIRE_GPU();
+  Generator gen(5);
+  // f32 named explicitly for the tensor-core kernel is a clear error.
+  Tensor qkv_f = random_tensor({2, 10, 3 * 128}, gen, DType::kF32).to(Device::cuda(0));
+  Tensor out_f = Tensor::empty({2, 10, 128}, DType::kF32, Device::cuda(0));
+  EXPECT_TRUE(testing::throws_with([&] { cuda::mha_forward(qkv_f, 2, out_f, MhaKernel::kTensorCore); },
+                                   {"tensor-core", "f32[2, 10, 384]", "2 heads"}));
+  // bf16 with head_dim 32 or 65 tokens keeps the SIMT kernels under kAuto and is an error under kTensorCore.
+  for (auto [n, heads] : {std::pair<int64_t, int64_t>{10, 4}, {65, 2}}) {
+    Tensor qkv = random_tensor({2, n, 3 * 128}, gen, DType::kF32).to(DType::kBF16).to(Device::cuda(0));
+    Tensor out = Tensor::empty({2, n, 128}, DType::kBF16, Device::cuda(0));
+    EXPECT_TRUE(testing::throws_with([&] { cuda::mha_forward(qkv, heads, out, MhaKernel::kTensorCore); },
+                                     {"tensor-core", "bf16"}));
+    Tensor out_simt = Tensor::empty({2, n, 128}, DType::kBF16, Device::cuda(0));
+    cuda::mha_forward(qkv, heads, out, MhaKernel::kAuto);
+    cuda::mha_forward(qkv, heads, out_simt, MhaKernel::kSimt);
+    EXPECT_EQ(out.to_vector(), out_simt.to_vector()) << "N " << n << ", " << heads << " heads";
+  }
+}
+
+// Median microseconds per call over 20 calls after 5 warm-up calls.
+template <typename Fn>
+double median_us(Fn&& call) {
+  cudaStream_t stream = cuda::current_stream();
+  for (int i = 0; i < 5; ++i) call();
+  cuda::Event start = cuda::Event::create(true), stop = cuda::Event::create(true);
+  std::vector<double> us;
+  for (int i = 0; i < 20; ++i) {
+    start.record(stream);
+    call();
+    stop.record(stream);
+    stop.synchronize();
+    us.push_back(1000.0 * stop.elapsed_ms_since(start));
+  }
+  std::sort(us.begin(), us.end());
+  return 0.5 * (us[9] + us[10]);
+}
+
+TEST(AttentionTensorCoresTiming, VitL32Bf16) {
+  VITDDP_REQUIRE_GPU();
+  const int64_t b = 32, n = 50, heads = 16, d = heads * kHeadDim;
+  Generator gen(7);
+  Tensor qkv = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(DType::kBF16).to(Device::cuda(0));
+  Tensor dout = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(DType::kBF16).to(Device::cuda(0));
+  Tensor out = Tensor::empty({b, n, d}, DType::kBF16, Device::cuda(0));
+  Tensor dqkv = Tensor::empty({b, n, 3 * d}, DType::kBF16, Device::cuda(0));
+  double fwd[2], bwd[2];
+  const MhaKernel kernels[2] = {MhaKernel::kSimt, MhaKernel::kTensorCore};
+  for (int i = 0; i < 2; ++i) {
+    fwd[i] = median_us([&] { cuda::mha_forward(qkv, heads, out, kernels[i]); });
+    bwd[i] = median_us([&] { cuda::mha_backward(qkv, dout, heads, dqkv, kernels[i]); });
+  }
+  std::printf("attention bf16, B %lld, N %lld, %lld heads of 64: median us per call (20 calls)\n",
+              static_cast<long long>(b), static_cast<long long>(n), static_cast<long long>(heads));
+  std::printf("  forward   SIMT %8.1f  tensor cores %8.1f  (%.1fx)\n", fwd[0], fwd[1], fwd[0] / fwd[1]);
+  std::printf("  backward  SIMT %8.1f  tensor cores %8.1f  (%.1fx)\n", bwd[0], bwd[1], bwd[0] / bwd[1]);
+  std::printf("  per step (24 layers): SIMT %.2f ms, tensor cores %.2f ms\n", 24e-3 * (fwd[0] + bwd[0]),
+              24e-3 * (fwd[1] + bwd[1]));
+}
+
+}  // namespace
+}  // namespace vitddp
