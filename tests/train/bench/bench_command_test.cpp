@@ -99,10 +99,12 @@ TEST(BenchSweep, DryRunPrintsEveryCommandAndRunsNothing) {
       "", "bench --sweep " + kSweeps + "seed_article_2gpu.json --dry-run --out-dir " + out + " --reference " + script);
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_FALSE(fs::exists(out));
-  EXPECT_EQ(count(o.out, "/18] "), 18u) << o.out;
-  EXPECT_EQ(count(o.out, " --json --trace " + out + "/"), 18u) << o.out;
-  EXPECT_EQ(count(o.out, "NCCL_P2P_DISABLE=1 "), 16u) << o.out;  // 8 rows, ours and the reference's
-  EXPECT_NE(o.out.find("[2/18] DDP, 1 GPU\n  NCCL_NVLS_ENABLE=0 "), std::string::npos) << o.out;
+  EXPECT_EQ(count(o.out, "/20] "), 20u) << o.out;
+  EXPECT_EQ(count(o.out, " --json --trace " + out + "/"), 20u) << o.out;
+  // 9 rows of ours; the reference's for 8 (--sm-carveout has no counterpart there).
+  EXPECT_EQ(count(o.out, "NCCL_P2P_DISABLE=1 "), 17u) << o.out;
+  EXPECT_EQ(count(o.out, "no counterpart (--sm-carveout 2 has no counterpart in the reference script)"), 2u) << o.out;
+  EXPECT_NE(o.out.find("[2/20] DDP, 1 GPU\n  NCCL_NVLS_ENABLE=0 "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find(" --gpus 1 --ddp --json --trace " + out + "/02-ddp-1-gpu.trace.json\n"), std::string::npos)
       << o.out;
   EXPECT_NE(o.out.find("  pytorch: NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone "

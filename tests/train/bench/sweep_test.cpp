@@ -175,8 +175,8 @@ TEST(Sweep, SeedArticleSweepCoversTheTable) {
     two_gpu += r.workers() == 2;
     for (const auto& [k, v] : r.env) p2p_off += k == "NCCL_P2P_DISABLE" && v == "1";
   }
-  EXPECT_EQ(two_gpu, 16);  // 8 configurations, each with and without P2P
-  EXPECT_EQ(p2p_off, 8);
+  EXPECT_EQ(two_gpu, 18);  // 9 configurations (8 of the article's, one SM carve-out), each with and without P2P
+  EXPECT_EQ(p2p_off, 9);
 }
 
 }  // namespace
