@@ -39,6 +39,18 @@ done
 if [ -n "${NCCL_PROBE:-}" ]; then  # e.g. NCCL_PROBE="25"
   OUT="$OUT" bash scripts/nccl_env_probe.sh build-gpu $NCCL_PROBE
 fi
+if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduce, NVLink and P2P off
+  for p2p in 0 1; do
+    NCCL_P2P_DISABLE=$p2p build-gpu/bin/train topology > "$OUT/topology_p2p$p2p.txt" 2>&1; echo "topology p2p_disable=$p2p exit $?"
+    cat "$OUT/topology_p2p$p2p.txt"
+    NCCL_P2P_DISABLE=$p2p build-gpu/bin/train bench allreduce --gpus 2 --out "$OUT/allreduce_p2p$p2p.jsonl" \
+      > "$OUT/allreduce_p2p$p2p.md" 2>&1; echo "allreduce p2p_disable=$p2p exit $?"; cat "$OUT/allreduce_p2p$p2p.md"
+  done
+fi
+if [ -n "${SWEEP:-}" ]; then  # e.g. SWEEP=configs/sweeps/seed_article_2gpu.json
+  VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$SWEEP" --out-dir "$OUT/sweep" \
+    > "$OUT/sweep.log" 2>&1; echo "sweep exit $?"; grep -E "^\||failed" "$OUT/sweep.log"
+fi
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu 100
 fi
