@@ -29,6 +29,9 @@ class CommHook {
   // Starts the bucket's communication; when the returned work is waited for, `bucket.buffer`
   // holds the average of every rank's gradients (or the hook's approximation of it).
   virtual std::shared_ptr<Work> run(ProcessGroup& group, GradBucket& bucket) = 0;
+  // The reducer rebuilt its buckets (Note [Bucket rebuild] in reducer.cpp): state kept per
+  // bucket index no longer matches.
+  virtual void buckets_rebuilt() {}
 };
 
 // Plain averaging all-reduce (ReduceOp::kAvg) in place on the bucket.

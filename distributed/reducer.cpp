@@ -25,32 +25,42 @@ Reducer::Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGro
       options_(options) {
   VITDDP_CHECK(!params_.empty(), "Reducer: no parameters");
   VITDDP_CHECK(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0, "Reducer: bucket caps must be > 0");
-  std::vector<size_t> bytes;
-  std::vector<DType> dtypes;
   for (const ReducerParam& p : params_) {
     VITDDP_CHECK(p.tensor.grad().defined(), "Reducer: parameter ", p.name, " has no gradient buffer");
-    bytes.push_back(p.tensor.nbytes());
-    dtypes.push_back(p.tensor.grad().dtype());
+    bytes_.push_back(p.tensor.nbytes());
+    dtypes_.push_back(p.tensor.grad().dtype());
   }
-  BucketAssignment assignment =
-      compute_bucket_assignment(bytes, dtypes, options.bucket_cap_bytes, options.first_bucket_cap_bytes);
+  build_buckets(compute_bucket_assignment(bytes_, dtypes_, options.bucket_cap_bytes, options.first_bucket_cap_bytes));
+  ready_.assign(params_.size(), false);
+}
+
+// A bucket can be a view when its gradients are back to back in the flat buffer, in bucket order
+// (alignment padding between them is all-reduced along, harmlessly: it stays zero).
+bool Reducer::contiguous_in_arena(const std::vector<size_t>& bucket) const {
+  int64_t end = params_[bucket.front()].offset;
+  for (size_t i : bucket) {
+    const ReducerParam& p = params_[i];
+    if (p.offset < end || p.offset - end >= 16) return false;
+    end = p.offset + p.tensor.numel();
+  }
+  return true;
+}
+
+void Reducer::build_buckets(const BucketAssignment& assignment) {
+  buckets_.clear();
+  state_.clear();
   bucket_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < assignment.buckets.size(); ++b) {
     Bucket bucket;
     bucket.info.params = assignment.buckets[b];
-    // A view when the bucket's gradients are back to back in the flat buffer, in bucket order
-    // (alignment padding between them is all-reduced along, harmlessly: it stays zero).
-    int64_t begin = params_[bucket.info.params.front()].offset;
+    const int64_t begin = params_[bucket.info.params.front()].offset;
     int64_t end = begin;
-    bool contiguous = true;
     for (size_t i : bucket.info.params) {
       bucket_of_[i] = b;
-      const ReducerParam& p = params_[i];
-      if (p.offset < end || p.offset - end >= 16) contiguous = false;
-      end = p.offset + p.tensor.numel();
-      bucket.info.bytes += p.tensor.nbytes();
+      end = params_[i].offset + params_[i].tensor.numel();
+      bucket.info.bytes += params_[i].tensor.nbytes();
     }
-    bucket.info.is_view = options.grad_as_bucket_view && contiguous;
+    bucket.info.is_view = options_.grad_as_bucket_view && contiguous_in_arena(bucket.info.params);
     GradBucket& view = bucket.view;
     view.index = b;
     view.params = bucket.info.params;
@@ -72,7 +82,6 @@ Reducer::Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGro
     buckets_.push_back(bucket.info);
     state_.push_back(std::move(bucket));
   }
-  ready_.assign(params_.size(), false);
 }
 
 void Reducer::prepare_for_backward() {
@@ -98,8 +107,12 @@ void Reducer::mark_ready(size_t param) {
   ready_[param] = true;
   ready_order_.push_back(param);
   Bucket& bucket = state_[bucket_of_[param]];
-  if (--bucket.pending == 0 && observer_) observer_->bucket_ready(bucket.view.index, bucket.info);
+  if (--bucket.pending == 0) bucket_complete(bucket);
   launch_ready_buckets();
+}
+
+void Reducer::bucket_complete(Bucket& bucket) {
+  if (observer_) observer_->bucket_ready(bucket.view.index, bucket.info);
 }
 
 void Reducer::launch_ready_buckets() {
@@ -153,7 +166,7 @@ void Reducer::finalize() {
       if (ready_[i]) continue;
       ready_[i] = true;
       Bucket& bucket = state_[bucket_of_[i]];
-      if (--bucket.pending == 0 && observer_) observer_->bucket_ready(bucket.view.index, bucket.info);
+      if (--bucket.pending == 0) bucket_complete(bucket);
     }
     launch_ready_buckets();
   }
@@ -164,6 +177,82 @@ void Reducer::finalize() {
     if (!b.info.is_view) copy_out(b);
     b.work.reset();
   }
+  if (options_.rebuild_buckets && !order_checked_) rebuild_from_ready_order();
+}
+
+// Note [Bucket rebuild]
+// Buckets start in reverse registration order, a guess at the order gradients become ready. The
+// guess matters at bucket level: buckets launch in index order, so a bucket that completes
+// before a lower-indexed one waits for it. After the first synchronised backward the reducer
+// measures that wait as the gradient bytes that arrived while a complete bucket waited (the
+// stall; not counting the last bucket, which goes out at the end of backward in any case), and
+// assigns buckets again from the order the parameters became ready (unused ones
+// last, in reverse registration order; each bucket's parameters sorted by arena offset, so
+// contiguous ones stay views). It switches to the new buckets when they are all views (nothing
+// lost), or when the stall is more than a tenth of the gradients (a copy per bucket costs less
+// than losing that much overlap). A bias arriving just after its weight moves bucket edges and
+// would cost views for a wait of a few kilobytes: those buckets are kept. Rank 0 decides and
+// sends its choice and order (one broadcast), so every rank does the same; the hook is told
+// (PowerSGD starts its per-bucket state again). Once per run, like PyTorch's rebuild.
+double Reducer::stall_fraction() const {
+  std::vector<size_t> position(params_.size(), ready_order_.size());  // unused: at the end
+  std::vector<double> arrived(ready_order_.size() + 1, 0.0);           // bytes arrived before position k
+  for (size_t k = 0; k < ready_order_.size(); ++k) {
+    position[ready_order_[k]] = k;
+    arrived[k + 1] = arrived[k] + static_cast<double>(bytes_[ready_order_[k]]);
+  }
+  double total = 0, worst = 0;
+  for (size_t b : bytes_) total += static_cast<double>(b);
+  size_t launch = 0;  // launches happen in index order: at the latest completion so far
+  for (const Bucket& bucket : state_) {
+    if (bucket.view.is_last) break;  // it waits for backward's end whatever the order: no loss
+    size_t complete = 0;
+    for (size_t i : bucket.info.params) complete = std::max(complete, position[i]);
+    launch = std::max(launch, complete);
+    const size_t from = std::min(complete + 1, ready_order_.size()), to = std::min(launch + 1, ready_order_.size());
+    worst = std::max(worst, arrived[to] - arrived[from]);
+  }
+  return total > 0 ? worst / total : 0.0;
+}
+
+void Reducer::rebuild_from_ready_order() {
+  order_checked_ = true;
+  std::vector<bool> listed(params_.size(), false);
+  std::vector<size_t> order;
+  for (size_t i : ready_order_) {
+    order.push_back(i);
+    listed[i] = true;
+  }
+  for (size_t i = params_.size(); i-- > 0;)
+    if (!listed[i]) order.push_back(i);
+  auto assign = [&](const std::vector<size_t>& sequence) {
+    BucketAssignment a = compute_bucket_assignment(bytes_, dtypes_, options_.bucket_cap_bytes,
+                                                   options_.first_bucket_cap_bytes, sequence);
+    for (std::vector<size_t>& bucket : a.buckets)
+      std::sort(bucket.begin(), bucket.end(), [&](size_t x, size_t y) { return params_[x].offset < params_[y].offset; });
+    return a;
+  };
+  // Rank 0's decision and order: [rebuild?, order...].
+  bool rebuild = false;
+  const double stall = group_.rank() == 0 ? stall_fraction() : 0.0;
+  if (stall > 0.0) {
+    const BucketAssignment candidate = assign(order);
+    bool all_views = true;
+    for (const std::vector<size_t>& bucket : candidate.buckets) all_views = all_views && contiguous_in_arena(bucket);
+    rebuild = all_views || !options_.grad_as_bucket_view || stall > 0.1;
+  }
+  std::vector<int64_t> message = {rebuild ? 1 : 0};
+  for (size_t i : order) message.push_back(static_cast<int64_t>(i));
+  Tensor shared =
+      Tensor::from_vector_i64(message, {static_cast<int64_t>(message.size())}).to(flat_grads_.device());
+  group_.broadcast(shared, 0)->wait();
+  const std::vector<double> rank0 = shared.to(Device::cpu()).to_vector();
+  if (rank0[0] == 0) return;
+  std::vector<size_t> rank0_order;
+  for (size_t k = 1; k < rank0.size(); ++k) rank0_order.push_back(static_cast<size_t>(rank0[k]));
+  build_buckets(assign(rank0_order));
+  ++rebuilds_;
+  hook_->buckets_rebuilt();
 }
 
 }  // namespace vitddp

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/bucketing.h"
 #include "distributed/comm_hook.h"
 #include "distributed/process_group.h"
 #include "framework/core/tensor.h"
@@ -29,6 +30,7 @@ struct ReducerOptions {
   size_t first_bucket_cap_bytes = 1u << 20;  // a small first bucket starts communication early
   bool find_unused_parameters = false;
   bool grad_as_bucket_view = true;  // buckets are slices of the gradient buffer: no copies
+  bool rebuild_buckets = true;      // once, from the order gradients arrived in (Note [Bucket rebuild])
 };
 
 struct BucketInfo {
@@ -71,6 +73,8 @@ class Reducer {
   CommHook& hook() { return *hook_; }  // its state is restored from checkpoints
   // Order in which parameters became ready in the last backward (for tests and rebuilds).
   const std::vector<size_t>& ready_order() const { return ready_order_; }
+  // Times the buckets were rebuilt from the observed order (0 or 1; see Note [Bucket rebuild]).
+  int rebuilds() const { return rebuilds_; }
 
  private:
   struct Bucket {
@@ -79,11 +83,18 @@ class Reducer {
     size_t pending = 0;        // parameters not yet ready in this backward
     std::shared_ptr<Work> work;
   };
+  void build_buckets(const BucketAssignment& assignment);
+  void rebuild_from_ready_order();
+  double stall_fraction() const;
+  bool contiguous_in_arena(const std::vector<size_t>& bucket) const;
+  void bucket_complete(Bucket& bucket);
   void launch_ready_buckets();
   void launch(Bucket& bucket);
   void copy_out(Bucket& bucket);
 
   std::vector<ReducerParam> params_;
+  std::vector<size_t> bytes_;            // per parameter
+  std::vector<DType> dtypes_;            // per parameter (its gradient's)
   Tensor flat_grads_;
   ProcessGroup& group_;
   std::unique_ptr<CommHook> hook_;
@@ -97,6 +108,8 @@ class Reducer {
   bool sync_ = true;
   bool in_backward_ = false;
   BucketObserver* observer_ = nullptr;
+  bool order_checked_ = false;           // the first synchronised backward has been seen
+  int rebuilds_ = 0;
 };
 
 }  // namespace vitddp

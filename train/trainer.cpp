@@ -480,6 +480,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   // Summed over ranks each step (DDP only; one process reads g_stop_signal directly).
   Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
   int64_t stopped_after = -1;
+  bool told_rebuild = false;
 
   const auto [profile_first, profile_last] = config.profile_range();
   VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");
@@ -506,6 +507,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
 #endif
     if (step > start_step) report(step - 1);  // waits for step - 1, so its stop request is known
     if (tracing) tracing->read_completed_steps();  // step - 1 has run
+    if (ddp.reducer && ddp.reducer->rebuilds() > 0 && !told_rebuild) {
+      out << "buckets rebuilt from the order gradients arrived in: " << ddp.reducer->buckets().size() << " buckets\n";
+      told_rebuild = true;
+    }
     const bool stopping = ddp.group ? step > start_step && clock->stop_requested(step - 1)
                                     : g_stop_signal.load() != 0;
     if (!config.checkpoint_dir.empty() &&

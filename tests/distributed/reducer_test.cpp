@@ -8,6 +8,8 @@
 #include "distributed/reducer.h"
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
+#include "framework/ops/elementwise.h"
+#include "framework/ops/reduce.h"
 #include "framework/ops/linear.h"
 #include "models/vit/vit.h"
 
@@ -65,15 +67,16 @@ TEST(Reducer, AveragesEveryGradientInBucketOrderDuringBackward) {
     size_t launched_before_last = 0;
     s.params[0].second.register_grad_ready_hook(
         [&](const Tensor&) { launched_before_last = s.group.calls.size(); });
+    const std::vector<BucketInfo> buckets = s.reducer->buckets();  // finalize() may rebuild them
     s.reducer->prepare_for_backward();
     s.loss().backward();
     s.reducer->finalize();
-    ASSERT_GE(s.reducer->buckets().size(), 3u);
-    EXPECT_EQ(s.group.calls.size(), s.reducer->buckets().size());
+    ASSERT_GE(buckets.size(), 3u);
+    EXPECT_EQ(s.group.calls.size(), buckets.size());
     EXPECT_GE(launched_before_last, 1u) << "no bucket was launched before backward reached the first layer";
-    for (size_t b = 0; b < s.reducer->buckets().size(); ++b) {
-      EXPECT_EQ(s.group.calls[b], s.reducer->buckets()[b].numel) << "bucket " << b << " out of order";
-      EXPECT_EQ(s.reducer->buckets()[b].is_view, view);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      EXPECT_EQ(s.group.calls[b], buckets[b].numel) << "bucket " << b << " out of order";
+      EXPECT_EQ(buckets[b].is_view, view);
     }
     auto reduced = grads_of(s.params);
     for (size_t i = 0; i < plain.size(); ++i)
@@ -179,6 +182,77 @@ TEST(Reducer, ObserverSeesEachBucketReadyThenLaunchedInIndexOrderThenFinished) {
   // Overlap on the host: the first bucket is launched before the last one is ready.
   EXPECT_LT(begin_at[0], ready_at[buckets - 1]);
   s.reducer->set_observer(nullptr);
+}
+
+}  // namespace
+}  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// Three parameters used against their registration order: p2 scales the input first, then p1,
+// then p0, so gradients arrive p0, p1, p2 while the reverse-registration guess made buckets
+// [p2], [p1], [p0]: bucket 1 completes first and waits for bucket 0. After the first backward
+// the reducer rebuilds the buckets in the observed order (all still views), once.
+TEST(Reducer, RebuildsBucketsOnceWhenGradientsArriveOutOfBucketOrder) {
+  Tensor p0 = Tensor::from_vector({0.5, -1.5, 2.0, 0.25}, {4}).set_requires_grad(true);
+  Tensor p1 = Tensor::from_vector({1.5, 0.5, -0.75, 3.0}, {4}).set_requires_grad(true);
+  Tensor p2 = Tensor::from_vector({-1.0, 2.5, 0.5, 1.25}, {4}).set_requires_grad(true);
+  NamedTensors params = {{"p0", p0}, {"p1", p1}, {"p2", p2}};
+  ParamArena arena(params, Device::cpu());
+  testing::FakeGroup group;
+  std::vector<ReducerParam> rp;
+  for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+  ReducerOptions options;
+  options.bucket_cap_bytes = 16;  // one parameter per bucket
+  options.first_bucket_cap_bytes = 16;
+  Reducer reducer(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].second.register_grad_ready_hook([&reducer, i](const Tensor&) { reducer.mark_ready(i); });
+  ASSERT_EQ(reducer.buckets().size(), 3u);
+  EXPECT_EQ(reducer.buckets()[0].params, std::vector<size_t>{2});  // the guess: p2 first
+  const Tensor x = Tensor::from_vector({1, 2, 3, 4}, {4});
+  auto step = [&] {
+    arena.zero_grad();
+    reducer.prepare_for_backward();
+    sum(mul(p0, mul(p1, mul(p2, x)))).backward();
+    reducer.finalize();
+  };
+  step();
+  EXPECT_EQ(reducer.rebuilds(), 1);
+  EXPECT_EQ(reducer.ready_order(), (std::vector<size_t>{0, 1, 2}));
+  for (size_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(reducer.buckets()[b].params, std::vector<size_t>{b}) << "rebuilt in the order gradients arrived";
+    EXPECT_TRUE(reducer.buckets()[b].is_view);
+  }
+  // Later steps keep the rebuilt buckets and still average (FakeGroup: 1.5x ours).
+  group.calls.clear();
+  step();
+  EXPECT_EQ(reducer.rebuilds(), 1);
+  ASSERT_EQ(group.calls.size(), 3u);
+  const std::vector<double> g0 = p0.grad().to_vector(), g2 = p2.grad().to_vector();
+  const std::vector<double> xs = x.to_vector(), v0 = p0.to_vector(), v1 = p1.to_vector(), v2 = p2.to_vector();
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_NEAR(g0[k], 1.5 * v1[k] * v2[k] * xs[k], 1e-5);
+    EXPECT_NEAR(g2[k], 1.5 * v0[k] * v1[k] * xs[k], 1e-5);
+  }
+}
+
+TEST(Reducer, KeepsViewBucketsWhenTheWaitIsSmall) {
+  ReducerOptions options;
+  options.bucket_cap_bytes = 40000;
+  options.first_bucket_cap_bytes = 5000;
+  DdpFixture s(options);
+  const std::vector<BucketInfo> before = s.reducer->buckets();
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss().backward();
+  s.reducer->finalize();
+  // Gradients arrive weight before bias, so a few bucket edges are off by a bias; rebuilding
+  // would cost views for a wait of a few kilobytes, and the reducer keeps its buckets.
+  EXPECT_EQ(s.reducer->rebuilds(), 0);
+  ASSERT_EQ(s.reducer->buckets().size(), before.size());
+  for (size_t b = 0; b < before.size(); ++b) EXPECT_EQ(s.reducer->buckets()[b].params, before[b].params);
 }
 
 }  // namespace
