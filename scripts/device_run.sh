@@ -43,14 +43,18 @@ if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduc
   for p2p in 0 1; do
     NCCL_P2P_DISABLE=$p2p build-gpu/bin/train topology > "$OUT/topology_p2p$p2p.txt" 2>&1; echo "topology p2p_disable=$p2p exit $?"
     cat "$OUT/topology_p2p$p2p.txt"
-    NCCL_P2P_DISABLE=$p2p build-gpu/bin/train bench allreduce --gpus 2 --out "$OUT/allreduce_p2p$p2p.jsonl" \
-      > "$OUT/allreduce_p2p$p2p.md" 2>&1; echo "allreduce p2p_disable=$p2p exit $?"; cat "$OUT/allreduce_p2p$p2p.md"
+    for dtype in f32 bf16; do
+      NCCL_P2P_DISABLE=$p2p build-gpu/bin/train bench allreduce --gpus 2 --dtype $dtype \
+        --out "$OUT/allreduce_p2p${p2p}_$dtype.jsonl" > "$OUT/allreduce_p2p${p2p}_$dtype.md" 2>&1
+      echo "allreduce p2p_disable=$p2p $dtype exit $?"; cat "$OUT/allreduce_p2p${p2p}_$dtype.md"
+    done
   done
 fi
-if [ -n "${SWEEP:-}" ]; then  # e.g. SWEEP=configs/sweeps/seed_article_2gpu.json
-  VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$SWEEP" --out-dir "$OUT/sweep" \
-    > "$OUT/sweep.log" 2>&1; echo "sweep exit $?"; grep -E "^\||failed" "$OUT/sweep.log"
-fi
+for sweep in ${SWEEP:-}; do  # e.g. SWEEP="configs/sweeps/seed_article_2gpu.json configs/sweeps/bf16_2gpu.json"
+  name=$(basename "$sweep" .json)
+  VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" \
+    > "$OUT/$name.log" 2>&1; echo "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
+done
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu 100
 fi
