@@ -342,9 +342,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     double loss_value = clock->loss(s);
     const int64_t bad = clock->nonfinite(s);
     if (bad != kNoNonfinite) {
+      // A hook that made finite gradients non-finite says so.
+      const std::string cause = ddp.reducer ? ddp.reducer->hook().explain_nonfinite(s - start_step) : "";
       const std::string where = "step " + std::to_string(s + 1) + " (rank " + std::to_string(env.rank) +
                                 "): non-finite gradient in " + nonfinite.parameter_at(bad) + " (loss " +
-                                std::to_string(loss_value) + "); the update was not applied";
+                                std::to_string(loss_value) + "); the update was not applied" +
+                                (cause.empty() ? "" : "; " + cause);
       if (config.nonfinite == "stop")
         throw Error(where + ". --nonfinite skip skips such steps instead", ErrorKind::kNumeric);
       out << where << ": step skipped\n";
