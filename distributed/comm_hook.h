@@ -32,11 +32,22 @@ class CommHook {
   // The reducer rebuilt its buckets (Note [Bucket rebuild] in reducer.cpp): state kept per
   // bucket index no longer matches.
   virtual void buckets_rebuilt() {}
+  // For a step whose all-reduced gradients were found not finite: if this hook made them so
+  // (finite values its compression could not represent), why, in words; else "".
+  // `step` counts the steps this hook has communicated, from 0. May read device memory (and
+  // wait for it): for the error path only.
+  virtual std::string explain_nonfinite(int64_t step) const {
+    (void)step;
+    return "";
+  }
 };
 
 // Plain averaging all-reduce (ReduceOp::kAvg) in place on the bucket.
 std::unique_ptr<CommHook> make_allreduce_hook();
 // Divide by the world size, cast to fp16 or bf16, all-reduce, cast back into the bucket.
+// Finite gradients that become Inf (beyond fp16's 65504 after the division, or in the sum) are
+// noted on the device and named by explain_nonfinite(); the Inf goes on to NonfiniteCheck like
+// any other non-finite value, so --nonfinite decides (Note [Compression overflow]).
 std::unique_ptr<CommHook> make_cast_compress_hook(DType dtype);
 
 }  // namespace vitddp

@@ -91,6 +91,10 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir, int ra
 // and every tensor's name, shape and dtype.
 CheckpointState load_checkpoint(const std::string& step_dir, int rank, const CheckpointExpectations& expect);
 
+// Parses a record's text (rank-R.json) with every check load_checkpoint makes of it, and
+// throws vitddp::Error naming `label` on the first problem. The fuzzers' entry point.
+void check_checkpoint_record(const std::string& text, const std::string& label);
+
 // Copies `saved` (as load_checkpoint returns them) into `targets` (any device) by name; the
 // names, shapes and dtypes must match exactly (load_checkpoint has checked them against the
 // expectations). For weights into arena.master_views() and state into optimizer->state().

@@ -129,25 +129,10 @@ void apply_json_value(const OptionSpec& spec, const nlohmann::json& value, const
 void load_json_config(const std::string& path, TrainConfig& config) {
   std::ifstream in(path);
   VITDDP_CHECK(in.good(), "cannot read config file ", path);
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": malformed JSON: " + e.what());
-  }
-  VITDDP_CHECK(doc.is_object(), path, ": a config file must hold a JSON object");
-  auto table = option_table(config);
-  for (auto& [key, value] : doc.items()) {
-    const OptionSpec* spec = nullptr;
-    for (const auto& s : table)
-      if (key == s.name) spec = &s;
-    if (!spec) {
-      std::string known;
-      for (const auto& s : table) known += (known.empty() ? "" : ", ") + std::string(s.name);
-      throw Error(path + ": unknown key \"" + key + "\" (known: " + known + ")");
-    }
-    apply_json_value(*spec, value, path);
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  VITDDP_CHECK(!in.bad(), "cannot read config file ", path);
+  parse_json_config(text.str(), path, &config);
 }
 
 // Finds the last --config FILE / --config=FILE before the real parse, so flags can override it.
@@ -166,6 +151,28 @@ std::string find_config_flag(int argc, char** argv) {
 }
 
 }  // namespace
+
+void parse_json_config(const std::string& text, const std::string& path, TrainConfig* config) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed JSON: " + e.what());
+  }
+  VITDDP_CHECK(doc.is_object(), path, ": a config file must hold a JSON object");
+  auto table = option_table(*config);
+  for (auto& [key, value] : doc.items()) {
+    const OptionSpec* spec = nullptr;
+    for (const auto& s : table)
+      if (key == s.name) spec = &s;
+    if (!spec) {
+      std::string known;
+      for (const auto& s : table) known += (known.empty() ? "" : ", ") + std::string(s.name);
+      throw Error(path + ": unknown key \"" + key + "\" (known: " + known + ")");
+    }
+    apply_json_value(*spec, value, path);
+  }
+}
 
 nlohmann::json TrainConfig::to_json() const {
   TrainConfig copy = *this;

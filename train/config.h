@@ -77,5 +77,8 @@ struct TrainConfig {
 // Parses argv (flags override --config FILE, which overrides defaults). Returns false when the
 // program should exit 0 at once (--help); throws vitddp::Error on bad input.
 bool parse_train_config(int argc, char** argv, TrainConfig* config);
+// Applies a JSON config file's text (what --config reads) to `config`; throws vitddp::Error
+// starting with `label` on malformed JSON, an unknown key or a wrong type. Does not validate.
+void parse_json_config(const std::string& text, const std::string& label, TrainConfig* config);
 
 }  // namespace vitddp

@@ -387,9 +387,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     double loss_value = clock->loss(s);
     const int64_t bad = clock->nonfinite(s);
     if (bad != kNoNonfinite) {
+      // A hook that made finite gradients non-finite says so.
+      const std::string cause = ddp.reducer ? ddp.reducer->hook().explain_nonfinite(s - start_step) : "";
       const std::string where = "step " + std::to_string(s + 1) + " (rank " + std::to_string(env.rank) +
                                 "): non-finite gradient in " + nonfinite.parameter_at(bad) + " (loss " +
-                                std::to_string(loss_value) + "); the update was not applied";
+                                std::to_string(loss_value) + "); the update was not applied" +
+                                (cause.empty() ? "" : "; " + cause);
       if (config.nonfinite == "stop")
         throw Error(where + ". --nonfinite skip skips such steps instead", ErrorKind::kNumeric);
       out << where << ": step skipped\n";
@@ -535,12 +538,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                " steps (--warmup + --steps)");
   if (config.op_breakdown) result.op_breakdown = op_breakdown(device, train_step, out);
 
-  result.steps = config.steps;
   const int64_t timed_first = std::max(config.warmup, start_step);
   VITDDP_CHECK(timed_first < total, "no timed step left after resuming at step ", start_step,
                ": raise --steps");
+  result.steps = total - timed_first;  // fewer than --steps after a resume
   result.seconds = clock->span_seconds(timed_first, total - 1);
-  result.steps_per_s = config.steps / result.seconds;
+  result.steps_per_s = static_cast<double>(result.steps) / result.seconds;
   result.images_per_s = result.steps_per_s * config.batch_size * config.accumulate * world;
   result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
   result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);

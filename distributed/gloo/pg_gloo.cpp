@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "distributed/file_store.h"
+#include "distributed/wait_board.h"
 #include "framework/core/error.h"
 #include "framework/core/scalar_types.h"
 
@@ -27,6 +28,7 @@ namespace vitddp {
 namespace {
 
 constexpr std::chrono::milliseconds kStorePoll{10};
+constexpr std::chrono::milliseconds kWatchPeriod{200};
 
 // Gloo's rendezvous store over our FileStore, with every key under `prefix`.
 class StoreAdapter final : public gloo::rendezvous::Store {
@@ -68,11 +70,12 @@ std::string env_or(const char* name, const std::string& fallback) {
 // sent (it hangs, or it issued a different collective); anything else on the transport means a
 // peer went away. EnforceNotMet is an invariant inside Gloo, which on a healthy transport means
 // the ranks disagree on the collective (different sizes): reported as kInternal.
-Error classify(const std::string& what, const std::exception& e, ErrorKind kind, std::chrono::milliseconds timeout) {
+Error classify(const std::string& what, const std::exception& e, ErrorKind kind, std::chrono::milliseconds timeout,
+               const std::string& late = "") {
   std::string hint;
   if (kind == ErrorKind::kTimeout) {
-    hint = detail::concat(" (no progress within the ", timeout.count(),
-                          " ms timeout: a peer hangs or issued a different collective)");
+    hint = detail::concat(" (no progress within the ", timeout.count(), " ms timeout: ",
+                          late.empty() ? std::string("a peer hangs or issued a different collective") : late, ")");
   } else if (kind == ErrorKind::kPeer) {
     hint = " (a peer process exited or lost its connection)";
   }
@@ -167,10 +170,11 @@ class ProcessGroupGloo::GlooWork final : public Work {
   }
 
   const std::string& what() const { return what_; }
+  uint32_t seq() const { return tag_; }
 
   // Worker thread: runs the collective, or fails at once with `skip` when the group is broken.
-  // Returns the error (null on success).
-  std::exception_ptr run(std::chrono::milliseconds timeout, std::exception_ptr skip) {
+  // Returns the error (null on success). On a timeout, `board` names the late ranks.
+  std::exception_ptr run(std::chrono::milliseconds timeout, std::exception_ptr skip, const WaitBoard* board) {
     std::exception_ptr error = skip;
     if (!error) {
       try {
@@ -178,7 +182,9 @@ class ProcessGroupGloo::GlooWork final : public Work {
       } catch (const Error&) {
         error = std::current_exception();
       } catch (const gloo::IoException& e) {
-        error = std::make_exception_ptr(classify(what_, e, io_error_kind(e), timeout));
+        const ErrorKind kind = io_error_kind(e);
+        const std::string late = kind == ErrorKind::kTimeout && board ? board->describe_late(tag_) : "";
+        error = std::make_exception_ptr(classify(what_, e, kind, timeout, late));
       } catch (const gloo::Exception& e) {
         error = std::make_exception_ptr(classify(what_, e, ErrorKind::kPeer, timeout));
       } catch (const std::exception& e) {
@@ -260,8 +266,11 @@ ProcessGroupGloo::ProcessGroupGloo(const ProcessGroupOptions& options)
       throw classify(what, e, ErrorKind::kPeer, timeout_);
     }
     context_ = std::move(context);
+    board_ = std::make_unique<WaitBoard>(options.rendezvous, "gloo" + std::to_string(instance), options.rank,
+                                         options.world_size);
   }
   worker_ = std::thread([this] { worker_loop(); });
+  if (board_) watcher_ = std::thread([this] { watch_loop(); });
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
@@ -270,7 +279,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
     stopping_ = true;
   }
   queue_changed_.notify_all();
+  watch_wake_.notify_all();
   worker_.join();
+  if (watcher_.joinable()) watcher_.join();
   context_.reset();
 }
 
@@ -286,6 +297,8 @@ void ProcessGroupGloo::worker_loop() {
       if (queue_.empty()) return;  // stopping, and everything queued has run
       work = std::move(queue_.front());
       queue_.pop_front();
+      running_ = work;
+      running_since_ = std::chrono::steady_clock::now();
     }
     std::exception_ptr skip;
     if (broken) {
@@ -296,8 +309,28 @@ void ProcessGroupGloo::worker_loop() {
             Error(work->what() + " skipped: the group is broken after an earlier failure: " + e.what(), e.kind()));
       }
     }
-    std::exception_ptr error = work->run(timeout_, skip);
+    std::exception_ptr error = work->run(timeout_, skip, board_.get());
     if (error && !broken) broken = error;
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.reset();
+  }
+}
+
+// Posts to the wait board once per collective that runs for longer than kWaitReportAfter.
+// Wakes every kWatchPeriod; reads only what the worker sets under the mutex. See Note [Naming
+// the late rank] in wait_board.cpp.
+void ProcessGroupGloo::watch_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  int64_t posted = -1;
+  while (!watch_wake_.wait_for(lock, kWatchPeriod, [&] { return stopping_; })) {
+    if (!running_ || static_cast<int64_t>(running_->seq()) == posted) continue;
+    if (std::chrono::steady_clock::now() - running_since_ < kWaitReportAfter) continue;
+    const uint32_t seq = running_->seq();
+    const std::string what = running_->what();
+    posted = seq;
+    lock.unlock();
+    board_->post_waiting(seq, what);
+    lock.lock();
   }
 }
 

@@ -14,6 +14,8 @@
 // with ErrorKind::kTimeout. After a failure Gloo's connections are in an unknown state: the
 // group is broken, and every later collective fails with the first error's kind at once.
 // SIGPIPE is blocked in the group's own threads (Gloo's writes to a dead peer would raise it).
+// A watch thread posts to a WaitBoard when a collective has run for over a second, so that a
+// timeout names the ranks that had not arrived (Note [Naming the late rank]).
 #pragma once
 
 #include <condition_variable>
@@ -31,6 +33,8 @@ class Context;
 }
 
 namespace vitddp {
+
+class WaitBoard;
 
 class ProcessGroupGloo final : public ProcessGroup {
  public:
@@ -55,16 +59,22 @@ class ProcessGroupGloo final : public ProcessGroup {
   // Queues `body` (which runs the Gloo call with the given tag) for the worker thread.
   std::shared_ptr<Work> enqueue(const std::string& what, std::function<void(uint32_t tag)> body);
   void worker_loop();
+  void watch_loop();
 
   std::shared_ptr<gloo::Context> context_;  // null when the world has one rank
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<WaitBoard> board_;        // null when the world has one rank
 
   std::mutex mutex_;
   std::condition_variable queue_changed_;
   std::deque<std::shared_ptr<GlooWork>> queue_;  // guarded by mutex_
   bool stopping_ = false;                        // guarded by mutex_
   uint64_t next_seq_ = 0;                        // guarded by mutex_
+  std::shared_ptr<GlooWork> running_;            // guarded by mutex_: the collective the worker runs
+  std::chrono::steady_clock::time_point running_since_;  // guarded by mutex_
+  std::condition_variable watch_wake_;
   std::thread worker_;
+  std::thread watcher_;                          // only with more than one rank
 };
 
 }  // namespace vitddp

@@ -1,11 +1,16 @@
 #include "distributed/hooks/powersgd.h"
 
+#include <cmath>
+
 #include "framework/core/nvtx.h"
 #include "framework/core/random.h"
 #include "framework/core/tensor_math.h"
 #include "framework/cpu/linear.h"
 #include "framework/cpu/orthogonalize.h"
 #include "framework/cuda/linear.h"
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/nonfinite.h"
+#endif
 
 namespace vitddp {
 namespace {
@@ -37,6 +42,47 @@ void orthogonalize(const Tensor& flat, const MatrixBatch& batch) {
 #if VITDDP_WITH_CUDA
   cuda::orthogonalize_columns(flat, batch);
 #endif
+}
+
+// a -= b; flag (1) i64 := 1 when any result is not finite (else left as it is).
+void subtract_mark_nonfinite(const Tensor& a, const Tensor& b, const Tensor& flag) {
+  if (a.device().is_cuda()) {
+#if VITDDP_WITH_CUDA
+    return cuda::subtract_mark_nonfinite(a, b, flag);
+#endif
+  }
+  float* x = a.data<float>();
+  const float* y = b.data<float>();
+  bool bad = false;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    x[i] -= y[i];
+    bad |= !std::isfinite(x[i]);
+  }
+  if (bad) flag.data<int64_t>()[0] = 1;
+}
+
+void mark_nonfinite(const Tensor& x, const Tensor& flag) {
+  if (x.device().is_cuda()) {
+#if VITDDP_WITH_CUDA
+    return cuda::mark_nonfinite(x, flag);
+#endif
+  }
+  const float* v = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(v[i])) {
+      flag.data<int64_t>()[0] = 1;
+      return;
+    }
+}
+
+// dst := src unless the flag is set; on the GPU the kernel reads the flag, not the host.
+void copy_unless_flagged(Tensor dst, const Tensor& src, const Tensor& flag) {
+  if (dst.device().is_cuda()) {
+#if VITDDP_WITH_CUDA
+    return cuda::copy_unless_flagged(dst, src, flag);
+#endif
+  }
+  if (flag.data<int64_t>()[0] == 0) dst.copy_(src);
 }
 
 Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& shape) {
@@ -83,6 +129,58 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
   return plan;
 }
 
+}  // namespace
+
+// Note [PowerSGD and skipped steps]
+// With --nonfinite skip, a step whose all-reduced gradients hold a NaN or Inf changes nothing:
+// the optimizer skips its update on a device flag (NonfiniteCheck). The hook's state must not
+// change either, or the NaN would live on in the error-feedback buffer (and in Q, warm-started)
+// and poison every later step. But the hook updates its state while it communicates, before
+// anyone has looked at the gradients, and the decision must be made without the host waiting.
+// So each bucket computes its new error and Q into scratch tensors (`Staged`), and a device
+// flag collects whether any of them is not finite; once the last bucket of the step is done,
+// one kernel per tensor copies the new state over the old unless the flag is set. On the CPU
+// the same happens in plain code.
+//
+// The flag agrees with NonfiniteCheck's decision, on every rank: a NaN or Inf in any rank's
+// compensated gradient makes the all-reduced P (or the uncompressed all-reduce) non-finite on
+// every rank, hence the result and every rank's new error (compensated - result); and a
+// non-finite result is exactly what NonfiniteCheck finds. It is computed from the new error
+// in the pass that computes it, and from Q, which is small. The decision covers all buckets of
+// the step: a NaN in one bucket skips the whole update, so no bucket may commit alone. The
+// price: every bucket's new error stays alive until the step's last bucket is done (one extra
+// f32 copy of the gradients at the end of backward).
+struct PowerSgdHook::Staged {
+  struct Entry {
+    PowerSgdState::Bucket* state;
+    Tensor error;  // (bucket numel) f32, the new error, or undefined without error feedback
+    Tensor q;      // the new Q, or undefined when the bucket has no compressed matrix
+  };
+  Tensor skip;     // (1) i64 on the device: 1 once anything new is not finite
+  std::vector<Entry> entries;
+  int open = 0;    // buckets of this step launched and not yet finished
+  bool last_launched = false;
+
+  void begin(const Device& device) {
+    if (open > 0 || !entries.empty()) return;  // the step is already under way
+    if (!skip.defined() || skip.device() != device) skip = Tensor::zeros({1}, DType::kI64, device);
+    skip.fill_(0.0);
+  }
+  void finish(Entry entry) {
+    entries.push_back(std::move(entry));
+    --open;
+    if (!last_launched || open > 0) return;
+    for (const Entry& e : entries) {
+      if (e.error.defined()) copy_unless_flagged(e.state->error, e.error, skip);
+      if (e.q.defined()) copy_unless_flagged(e.state->q, e.q, skip);
+    }
+    entries.clear();
+    last_launched = false;
+  }
+};
+
+namespace {
+
 // Finishes a compressed bucket once the Q all-reduce (and the uncompressed one) are done.
 class PowerSgdWork final : public Work {
  public:
@@ -94,6 +192,7 @@ class PowerSgdWork final : public Work {
     Tensor compensated;   // the bucket before compression (error feedback input), or undefined
     Tensor p, q, flat;
     PowerSgdState::Bucket* state = nullptr;
+    std::shared_ptr<PowerSgdHook::Staged> staged;
     int world = 1;
     int64_t rank = 1;
   };
@@ -117,13 +216,20 @@ class PowerSgdWork final : public Work {
       slice_of(p_.work, p_.bucket.offsets[t], {numel}).copy_(slice_of(p_.flat, at, {numel}));
       at += numel;
     }
+    PowerSgdHook::Staged& staged = *p_.staged;
+    PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
     if (p_.compensated.defined()) {
       // What was not sent: the compensated local gradient minus the (average) approximation.
-      p_.state->error.copy_(p_.compensated);
-      add_inplace(p_.state->error, p_.work, -1.0);
+      subtract_mark_nonfinite(p_.compensated, p_.work, staged.skip);
+      entry.error = p_.compensated;
+    }
+    if (!p_.plan.matrices.empty()) {
+      mark_nonfinite(p_.q, staged.skip);
+      entry.q = p_.q;
     }
     if (!p_.work.same_impl(p_.bucket.buffer)) p_.bucket.buffer.copy_(p_.work);
     finished_ = true;
+    staged.finish(std::move(entry));  // See Note [PowerSGD and skipped steps]
   }
   bool done() override { return finished_; }
 
@@ -157,6 +263,12 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.work = bucket.buffer.dtype() == DType::kF32 ? bucket.buffer : bucket.buffer.to(DType::kF32);
   PowerSgdState::Bucket& st = state_.buckets[bucket.index];
   parts.state = &st;
+  // See Note [PowerSGD and skipped steps]: the new state goes to scratch, committed at the end.
+  if (!staged_) staged_ = std::make_shared<Staged>();
+  staged_->begin(device);
+  ++staged_->open;
+  if (last) staged_->last_launched = true;
+  parts.staged = staged_;
   if (options_.error_feedback) {
     if (!st.error.defined()) st.error = Tensor::zeros(parts.work.shape(), DType::kF32, device);
     add_inplace(parts.work, st.error);
@@ -181,14 +293,16 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     if (!parts.q_work) parts.q_work = group.allreduce(parts.p, ReduceOp::kSum);
     return std::make_shared<PowerSgdWork>(std::move(parts));
   }
-  // Q: the same random start on every rank, then (warm start) last step's Q.
-  if (!st.q.defined() || !options_.warm_start) {
+  // Q: the same random start on every rank, then (warm start) last step's Q. This step works on
+  // a copy, committed with the error.
+  auto initial_q = [&] {
     Tensor q = Tensor::empty({parts.plan.q_numel}, DType::kF32);
     Generator gen(mix64(options_.seed, bucket.index));
     fill_normal(q, gen, 0.0, 1.0);
-    st.q = q.to(device);
-  }
-  parts.q = st.q;
+    return q.to(device);
+  };
+  if (!st.q.defined()) st.q = initial_q();
+  parts.q = options_.warm_start ? st.q.clone() : initial_q();
   parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
   const int64_t r = options_.rank;
   for (const Plan::Matrix& mx : parts.plan.matrices) {

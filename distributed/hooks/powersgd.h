@@ -4,6 +4,8 @@
 // Error feedback adds what compression lost last step to this step's gradient; warm start
 // reuses Q across steps; before `start_iter` steps it is a plain all-reduce; 1-D tensors and
 // matrices that compression would not shrink by `min_compression_rate` go uncompressed.
+// A step whose gradients are not finite leaves the state as it was (Note [PowerSGD and skipped
+// steps] in the .cpp).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,8 @@ struct PowerSgdOptions {
 };
 
 // The run's PowerSGD state: per bucket, the error-feedback buffer and the Q factors. It differs
-// per rank (the errors are local) and belongs in each rank's checkpoint.
+// per rank (the errors are local) and belongs in each rank's checkpoint. `iter` counts the steps
+// communicated, skipped ones included; the buckets change only in steps that were not skipped.
 struct PowerSgdState {
   struct Bucket {
     Tensor error;  // (bucket numel) f32, what the last compression did not send
@@ -42,10 +45,18 @@ class PowerSgdHook final : public CommHook {
   const PowerSgdState& state() const { return state_; }
   PowerSgdState& state() { return state_; }
   const PowerSgdOptions& options() const { return options_; }
+  // Buckets changed (the reducer's one rebuild): per-bucket errors and Q start again.
+  void buckets_rebuilt() override {
+    state_.buckets.clear();
+    staged_.reset();
+  }
+
+  struct Staged;  // one step's new bucket states, committed together (defined in the .cpp)
 
  private:
   PowerSgdOptions options_;
   PowerSgdState state_;
+  std::shared_ptr<Staged> staged_;
 };
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options);

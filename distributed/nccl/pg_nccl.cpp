@@ -13,6 +13,7 @@
 
 #include "distributed/file_store.h"
 #include "distributed/nccl/nccl_check.h"
+#include "distributed/wait_board.h"
 #include "framework/cuda/check.h"
 
 namespace vitddp {
@@ -245,6 +246,10 @@ struct ProcessGroupNccl::Shared {
   std::deque<InFlight> in_flight;  // issue order
   int rank = 0;
   int size = 1;
+  // Note [Naming the late rank] (wait_board.cpp): the oldest unfinished collective, once it has
+  // been in flight for kWaitReportAfter, is posted by the watchdog (outside the mutex).
+  std::unique_ptr<WaitBoard> board;
+  int64_t posted_seq = -1;
 
   // All below: with `mutex` held.
   [[noreturn]] void fail(const Error& error) {
@@ -278,14 +283,31 @@ struct ProcessGroupNccl::Shared {
       if (finished) continue;
       if (now - entry.start > timeout) {
         const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.start);
+        const std::string late = board ? board->describe_late(entry.seq) : "";
         fail(Error(detail::concat("NCCL ", entry.what, " #", entry.seq, " on rank ", rank, " of ", size,
                                   " did not complete within the ", timeout.count(), " ms timeout (", waited.count(),
-                                  " ms so far): a peer is stuck, exited, or issued a different collective; the "
-                                  "communicator was aborted"),
+                                  " ms so far): ",
+                                  late.empty() ? std::string("a peer is stuck, exited, or issued a different collective")
+                                               : late,
+                                  "; the communicator was aborted"),
                    ErrorKind::kTimeout));
       }
       break;  // later entries run after this one on the comm stream
     }
+  }
+
+  // The oldest unfinished collective if it has waited for kWaitReportAfter and was not posted
+  // yet (then marked as posted); nullopt otherwise.
+  std::optional<std::pair<uint64_t, std::string>> wait_to_post() {
+    if (!board || failure) return std::nullopt;
+    for (const InFlight& entry : in_flight) {
+      if (entry.done->query()) continue;
+      if (static_cast<int64_t>(entry.seq) == posted_seq || Clock::now() - entry.start < kWaitReportAfter)
+        return std::nullopt;
+      posted_seq = static_cast<int64_t>(entry.seq);
+      return std::make_pair(entry.seq, entry.what);
+    }
+    return std::nullopt;
   }
 
   void release_finished() {
@@ -360,6 +382,9 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   shared_->rank = options.rank;
   shared_->size = options.world_size;
   shared_->comm = NcclComm::init(options.world_size, options.rank, id, device_, timeout_, options.max_ctas);
+  if (options.world_size > 1)
+    shared_->board = std::make_unique<WaitBoard>(options.rendezvous, "nccl" + std::to_string(instance), options.rank,
+                                                 options.world_size);
 
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
@@ -404,8 +429,13 @@ void ProcessGroupNccl::watchdog_loop() {
   std::unique_lock<std::mutex> wake_lock(watchdog_mutex_);
   while (!watchdog_wake_.wait_for(wake_lock, kWatchdogPeriod, [&] { return watchdog_stop_; })) {
     try {
-      std::lock_guard<std::mutex> lock(shared_->mutex);
-      shared_->check(timeout_);
+      std::optional<std::pair<uint64_t, std::string>> post;
+      {
+        std::lock_guard<std::mutex> lock(shared_->mutex);
+        shared_->check(timeout_);
+        post = shared_->wait_to_post();
+      }
+      if (post) shared_->board->post_waiting(post->first, "NCCL " + post->second);
     } catch (const Error& e) {
       // Recorded in shared_->failure (and the communicator aborted); the caller's next call
       // throws it. Say so now too: the caller may be blocked somewhere else.

@@ -76,4 +76,133 @@ void first_nonfinite(const Tensor& grads, const Tensor& flag) {
   });
 }
 
+namespace {
+
+__global__ void mark_nonfinite_kernel(const float* x, int64_t n, unsigned long long* flag) {
+  bool bad = false;
+  VITDDP_GRID_STRIDE_LOOP(i, n) bad |= !isfinite(x[i]);
+  if (bad) *flag = 1;  // every writer writes the same value
+}
+
+__global__ void subtract_mark_nonfinite_kernel(float* a, const float* b, int64_t n, unsigned long long* flag) {
+  bool bad = false;
+  VITDDP_GRID_STRIDE_LOOP(i, n) {
+    const float v = a[i] - b[i];
+    a[i] = v;
+    bad |= !isfinite(v);
+  }
+  if (bad) *flag = 1;
+}
+
+__global__ void copy_unless_flagged_kernel(float* dst, const float* src, int64_t n, const int64_t* flag) {
+  if (*flag != 0) return;
+  VITDDP_GRID_STRIDE_LOOP(i, n) dst[i] = src[i];
+}
+
+template <typename T>
+__global__ void scale_cast_kernel(const float* src, float scale, T* dst, int64_t n) {
+  VITDDP_GRID_STRIDE_LOOP(i, n) {
+    const float v = src[i] * scale;
+    dst[i] = from_f<T>(isfinite(v) ? v : __int_as_float(0x7fc00000));  // NaN
+  }
+}
+
+template <typename T>
+__global__ void widen_kernel(const T* src, float* dst, int64_t n, int64_t* record, int64_t value) {
+  bool inf = false;
+  VITDDP_GRID_STRIDE_LOOP(i, n) {
+    const float v = to_f(src[i]);
+    dst[i] = v;
+    inf |= isinf(v);
+  }
+  if (inf) *record = value;
+}
+
+void check_16bit(const Tensor& t, int64_t numel, const char* op) {
+  VITDDP_CHECK(t.is_contiguous() && t.device().is_cuda() && t.numel() == numel &&
+                   (t.dtype() == DType::kF16 || t.dtype() == DType::kBF16),
+               op, ": needs a contiguous f16/bf16 CUDA tensor of ", numel, " elements, got ", t.description());
+}
+
+void check_f32(const Tensor& t, const char* op) {
+  VITDDP_CHECK(t.dtype() == DType::kF32 && t.is_contiguous() && t.device().is_cuda(), op,
+               ": needs a contiguous f32 CUDA tensor, got ", t.description());
+}
+
+void check_flag(const Tensor& flag, const char* op) {
+  VITDDP_CHECK(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), op,
+               ": the flag must be an i64 CUDA tensor, got ", flag.description());
+}
+
+}  // namespace
+
+void mark_nonfinite(const Tensor& x, const Tensor& flag) {
+  check_f32(x, "mark_nonfinite");
+  check_flag(flag, "mark_nonfinite");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  mark_nonfinite_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(
+      x.data<float>(), n, reinterpret_cast<unsigned long long*>(flag.data<int64_t>()));
+  CUDA_CHECK_LAUNCH();
+}
+
+void subtract_mark_nonfinite(const Tensor& a, const Tensor& b, const Tensor& flag) {
+  check_f32(a, "subtract_mark_nonfinite");
+  check_f32(b, "subtract_mark_nonfinite");
+  check_flag(flag, "subtract_mark_nonfinite");
+  VITDDP_CHECK(a.numel() == b.numel(), "subtract_mark_nonfinite: ", a.description(), " vs ", b.description());
+  const int64_t n = a.numel();
+  if (n == 0) return;
+  subtract_mark_nonfinite_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(
+      a.data<float>(), b.data<float>(), n, reinterpret_cast<unsigned long long*>(flag.data<int64_t>()));
+  CUDA_CHECK_LAUNCH();
+}
+
+void copy_unless_flagged(const Tensor& dst, const Tensor& src, const Tensor& flag) {
+  check_f32(dst, "copy_unless_flagged");
+  check_f32(src, "copy_unless_flagged");
+  check_flag(flag, "copy_unless_flagged");
+  VITDDP_CHECK(dst.numel() == src.numel(), "copy_unless_flagged: ", dst.description(), " vs ", src.description());
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  copy_unless_flagged_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(dst.data<float>(), src.data<float>(), n,
+                                                                              flag.data<int64_t>());
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale_cast_nonfinite_as_nan(const Tensor& src, double scale, const Tensor& dst) {
+  check_f32(src, "scale_cast_nonfinite_as_nan");
+  check_16bit(dst, src.numel(), "scale_cast_nonfinite_as_nan");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  const float s = static_cast<float>(scale);
+  if (dst.dtype() == DType::kF16) {
+    scale_cast_kernel<__half><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        src.data<float>(), s, static_cast<__half*>(dst.data_ptr()), n);
+  } else {
+    scale_cast_kernel<__nv_bfloat16><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        src.data<float>(), s, static_cast<__nv_bfloat16*>(dst.data_ptr()), n);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void widen_recording_inf(const Tensor& src, const Tensor& dst, const Tensor& record, int64_t slot, int64_t value) {
+  check_f32(dst, "widen_recording_inf");
+  check_16bit(src, dst.numel(), "widen_recording_inf");
+  check_flag(record, "widen_recording_inf");
+  VITDDP_CHECK(slot >= 0 && slot < record.numel(), "widen_recording_inf: slot ", slot, " outside ",
+               record.description());
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  int64_t* r = record.data<int64_t>() + slot;
+  if (src.dtype() == DType::kF16) {
+    widen_kernel<__half><<<grid_for(n), kThreads, 0, current_stream()>>>(static_cast<const __half*>(src.data_ptr()),
+                                                                         dst.data<float>(), n, r, value);
+  } else {
+    widen_kernel<__nv_bfloat16><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        static_cast<const __nv_bfloat16*>(src.data_ptr()), dst.data<float>(), n, r, value);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace vitddp::cuda

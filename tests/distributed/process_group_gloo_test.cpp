@@ -248,7 +248,14 @@ void expect_fault_is_reported(int world, PeerFault fault) {
         VITDDP_CHILD_CHECK(!what.empty(), "allreduce with a ", fault == PeerFault::kExits ? "dead" : "hung",
                            " peer did not fail");
         VITDDP_CHILD_CHECK(kind == ErrorKind::kPeer || kind == ErrorKind::kTimeout, what);
-        if (fault == PeerFault::kHangs) VITDDP_CHILD_CHECK(kind == ErrorKind::kTimeout, what);
+        if (fault == PeerFault::kHangs) {
+          VITDDP_CHILD_CHECK(kind == ErrorKind::kTimeout, what);
+          // The hung rank is named; the others, waiting too, are not (Note [Naming the late rank]).
+          const std::string late = "rank " + std::to_string(world - 1) + " had not reached collective #";
+          VITDDP_CHILD_CHECK(what.find(late) != std::string::npos, what);
+          for (int r = 0; r + 1 < world; ++r)
+            VITDDP_CHILD_CHECK(what.find("rank " + std::to_string(r) + " had not") == std::string::npos, what);
+        }
         VITDDP_CHILD_CHECK(elapsed < 5s, "took ",
                            std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count(), " ms: ", what);
         VITDDP_CHILD_CHECK(what.find("allreduce") != std::string::npos, what);
@@ -281,6 +288,11 @@ TEST(Gloo, DeadPeerFailsTheOthersWithinTheTimeout4) {
 TEST(Gloo, HungPeerTimesOutTheOthers) {
   REQUIRE_GLOO();
   expect_fault_is_reported(2, PeerFault::kHangs);
+}
+
+TEST(Gloo, HungPeerIsNamedAmongThree) {
+  REQUIRE_GLOO();
+  expect_fault_is_reported(3, PeerFault::kHangs);
 }
 
 }  // namespace

@@ -67,9 +67,12 @@ TEST(DdpCli, AKilledRankIsNamedWhateverOrderTheRanksEnd) {
 }
 
 TEST(DdpCli, AHungRankTimesOutWithinTheTimeout) {
-  Outcome o = run("VITDDP_FAULT=1:1:hang", "--procs 2 --steps 5 --timeout 3 " + kTiny);
+  Outcome o = run("VITDDP_FAULT=1:3:hang", "--procs 2 --steps 5 --timeout 3 " + kTiny);
   EXPECT_EQ(o.code, 4) << o.out;
   EXPECT_NE(o.out.find("Timed out"), std::string::npos) << o.out;
+  // Rank 0's message names the rank that did not come (Note [Naming the late rank]).
+  EXPECT_NE(o.out.find("train: rank 0: error: "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("rank 1 had not reached collective #"), std::string::npos) << o.out;
   EXPECT_LT(o.seconds, 3 + 10) << o.out;
 }
 

@@ -1,11 +1,12 @@
 // Checkpoints through `train`: N steps, stop, resume, M more give bit-identical weights to N+M
 // uninterrupted steps (CPU; one process and 2 Gloo ranks with PowerSGD); SIGINT stops at a
-// step boundary, saves and exits cleanly.
+// step boundary, saves and exits cleanly, also at the launcher of 2 ranks.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdio>
 #include <fstream>
 #include <chrono>
 #include <filesystem>
@@ -51,8 +52,10 @@ void check_exact_resume(const std::string& extra) {
   ASSERT_EQ(a, 0) << out_a;
   auto [b, out_b] = run(kRun + extra + " --steps 6 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
   ASSERT_EQ(b, 0) << out_b;
-  auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
   ASSERT_EQ(c, 0) << out_c;
+  // Throughput counts the steps this run trained (4), not --steps (10).
+  EXPECT_NE(out_c.find("\"steps\":4,"), std::string::npos) << out_c;
   EXPECT_NE(out_c.find("resumed from"), std::string::npos) << out_c;
   EXPECT_NE(out_c.find("(step 6)"), std::string::npos) << out_c;
   EXPECT_EQ(weights(resumed), weights(straight)) << "resumed weights differ from the uninterrupted run";
@@ -64,41 +67,90 @@ TEST(Resume, TwoRanksWithPowerSgdAreBitExact) {
   check_exact_resume(" --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05");
 }
 
-TEST(Resume, SigintStopsAtAStepBoundaryAndSaves) {
-  TempDir dir;
-  const std::string ckpt = (dir.path / "ckpt").string();
-  const std::string log = (dir.path / "log").string();
-  std::string cmd = "exec env CUDA_VISIBLE_DEVICES= " + std::string(VITDDP_TRAIN_BIN) + " " + kRun +
-                    " --steps 100000 --print-every 1 --checkpoint-dir " + ckpt + " > " + log + " 2>&1";
+// Starts `train args` with its output in `log`, sends SIGINT once the log shows step 3, and
+// returns the exit status and the log.
+std::pair<int, std::string> interrupt_after_step_3(const std::string& args, const std::string& log) {
+  std::string cmd = "exec env CUDA_VISIBLE_DEVICES= " + std::string(VITDDP_TRAIN_BIN) + " " + args + " > " + log +
+                    " 2>&1";
   pid_t pid = fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Wait for a few steps, then interrupt.
-  for (int i = 0; i < 300; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (pid < 0) return {-1, "fork failed"};
+  auto read_log = [&] {
     std::ifstream in(log);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    if (text.find("step    3/") != std::string::npos) break;
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  // Wait for a few steps, then interrupt.
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (read_log().find("step    3/") != std::string::npos) break;
   }
   kill(pid, SIGINT);
   int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  ASSERT_TRUE(WIFEXITED(status)) << text;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
-  EXPECT_NE(text.find("stopped by signal 2 after step"), std::string::npos) << text;
+  bool exited = false;
+  for (int i = 0; i < 1200 && !exited; ++i) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {  // still running a minute after the signal
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return {-1, read_log() + "\n(test: killed, still running 60 s after SIGINT)"};
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_log()};
+}
+
+// The step after which the run says it stopped, or -1.
+int stopped_after(const std::string& text) {
+  const std::string marker = "stopped by signal 2 after step ";
+  const size_t at = text.find(marker);
+  return at == std::string::npos ? -1 : std::stoi(text.substr(at + marker.size()));
+}
+
+TEST(Resume, SigintStopsAtAStepBoundaryAndSaves) {
+  TempDir dir;
+  const std::string ckpt = (dir.path / "ckpt").string();
+  auto [status, text] = interrupt_after_step_3(
+      kRun + " --steps 100000 --print-every 1 --checkpoint-dir " + ckpt, (dir.path / "log").string());
+  EXPECT_EQ(status, 0) << text;
   EXPECT_NE(text.find("checkpoint: "), std::string::npos) << text;
   // Continue for two more steps than were done.
-  const size_t at = text.find("stopped by signal 2 after step ");
-  ASSERT_NE(at, std::string::npos);
-  const int done = std::stoi(text.substr(at + 31));
+  const int done = stopped_after(text);
+  ASSERT_GT(done, 0) << text;
   auto [code, out] = run(kRun + " --steps " + std::to_string(done + 2) + " --resume --checkpoint-dir " + ckpt);
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+}
+
+// SIGINT at the launcher of 2 Gloo ranks: it forwards the signal, both ranks stop after the same
+// step (Note [Stopping on a signal] in train/trainer.cpp), both save that step, everything exits
+// 0, and --resume continues from it.
+TEST(Resume, SigintAtTheLauncherStopsBothRanksAfterTheSameStep) {
+  TempDir dir;
+  const std::string ckpt = (dir.path / "ckpt").string();
+  const std::string ddp = " --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05";
+  auto [status, text] = interrupt_after_step_3(
+      kRun + ddp + " --steps 100000 --print-every 1 --timeout 30 --checkpoint-dir " + ckpt, (dir.path / "log").string());
+  EXPECT_EQ(status, 0) << text;
+  EXPECT_EQ(text.find("launcher: rank"), std::string::npos) << text;  // no rank failed
+  const int done = stopped_after(text);
+  ASSERT_GT(done, 0) << text;
+  // Exactly one step folder, the stop step, whole for both ranks.
+  std::vector<std::string> steps;
+  for (const auto& entry : fs::directory_iterator(ckpt))
+    if (entry.is_directory()) steps.push_back(entry.path().filename().string());
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "step-%06d", done);
+  EXPECT_EQ(steps, std::vector<std::string>{expected}) << text;
+  for (const char* file : {"rank-0.json", "rank-0.safetensors", "rank-1.json", "rank-1.safetensors"})
+    EXPECT_TRUE(fs::exists(fs::path(ckpt) / expected / file)) << file << "\n" << text;
+  auto [code, out] =
+      run(kRun + ddp + " --steps " + std::to_string(done + 2) + " --resume --checkpoint-dir " + ckpt);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  EXPECT_NE(out.find("(step " + std::to_string(done) + ")"), std::string::npos) << out;
 }
 
 TEST(Resume, BadCheckpointFlags) {

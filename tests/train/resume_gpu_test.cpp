@@ -1,0 +1,78 @@
+// Exact resume on the GPU through `train`: N steps, a checkpoint, a resumed run to N + M steps
+// give the weights of N + M uninterrupted steps, within fp32 rounding (GPU reductions may add in
+// another order from run to run). One GPU with batches made on the GPU, and 2 GPUs with
+// PowerSGD (its error buffers and Q travel in the checkpoint). Skipped without the GPUs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "common/ddp_harness.h"
+#include "common/gpu.h"
+#include "common/train_process.h"
+#include "framework/io/safetensors.h"
+
+namespace vitddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("vitddp_resume_gpu_" + std::to_string(::getpid()) + "_" +
+                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::pair<int, std::string> run(const std::string& args) {
+  testing::TrainOutcome o = testing::run_train("", args, /*use_gpus=*/true, 600);
+  return {o.code, o.out};
+}
+
+const std::string kRun = "--model vit_tiny --data gpu --batch-size 16 --warmup 0 --optimizer adamw --lr 0.001 "
+                         "--dropout 0.1 --print-every 0";
+
+// Both files hold the same tensors, equal within `rtol` of their magnitude (at least 1).
+::testing::AssertionResult weights_match(const std::string& a_file, const std::string& b_file, double rtol) {
+  SafetensorsFile a = read_safetensors(a_file), b = read_safetensors(b_file);
+  if (a.tensors.size() != b.tensors.size()) return ::testing::AssertionFailure() << "different tensor counts";
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    if (a.tensors[i].first != b.tensors[i].first)
+      return ::testing::AssertionFailure() << a.tensors[i].first << " vs " << b.tensors[i].first;
+    std::vector<double> x = a.tensors[i].second.to_vector(), y = b.tensors[i].second.to_vector();
+    if (x.size() != y.size()) return ::testing::AssertionFailure() << a.tensors[i].first << ": sizes differ";
+    for (size_t k = 0; k < x.size(); ++k)
+      if (!(std::fabs(x[k] - y[k]) <= rtol * std::max(1.0, std::fabs(x[k]))))
+        return ::testing::AssertionFailure() << a.tensors[i].first << "[" << k << "]: " << x[k] << " vs " << y[k];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void check_resume(const std::string& extra) {
+  TempDir dir;
+  const std::string straight = (dir.path / "straight.safetensors").string();
+  const std::string resumed = (dir.path / "resumed.safetensors").string();
+  const std::string ckpt = (dir.path / "ckpt").string();
+  auto [a, out_a] = run(kRun + extra + " --steps 10 --save " + straight);
+  ASSERT_EQ(a, 0) << out_a;
+  auto [b, out_b] = run(kRun + extra + " --steps 6 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
+  ASSERT_EQ(b, 0) << out_b;
+  auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  ASSERT_EQ(c, 0) << out_c;
+  EXPECT_NE(out_c.find("(step 6)"), std::string::npos) << out_c;
+  EXPECT_TRUE(weights_match(straight, resumed, 1e-5));
+}
+
+TEST(ResumeGpu, OneGpuMatchesTheUninterruptedRun) {
+  VITDDP_REQUIRE_GPU();
+  check_resume(" --gpus 1");
+}
+
+TEST(ResumeGpu, TwoGpusWithPowerSgdMatchTheUninterruptedRun) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  check_resume(" --gpus 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05");
+}
+
+}  // namespace
+}  // namespace vitddp
