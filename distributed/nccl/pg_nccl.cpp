@@ -45,6 +45,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kWatchdogPeriod{100};
 constexpr std::chrono::microseconds kProgressPoll{200};
+// A non-blocking communicator answers ncclInProgress to most calls for a few microseconds while
+// the work is enqueued; sleeping at once cost every collective a ~300 us nap (all-reduce of 1 MiB
+// over NVLink timed at 320 us; 25 MB buckets made 2-GPU bf16 steps host-bound). Spin first.
+constexpr std::chrono::milliseconds kProgressSpin{5};
 
 std::string last_error_text(ncclComm_t comm) {
   const char* last = ncclGetLastError(comm);
@@ -54,14 +58,19 @@ std::string last_error_text(ncclComm_t comm) {
 // Polls a non-blocking communicator until it leaves ncclInProgress. Returns its state:
 // ncclSuccess, an error, or ncclInProgress when `timeout` passed first.
 ncclResult_t wait_for_nccl(ncclComm_t comm, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
   while (true) {
     ncclResult_t state = ncclInProgress;
     ncclResult_t result = ncclCommGetAsyncError(comm, &state);
     if (result != ncclSuccess) return result;
     if (state != ncclInProgress) return state;
-    if (Clock::now() >= deadline) return ncclInProgress;
-    std::this_thread::sleep_for(kProgressPoll);
+    const auto now = Clock::now();
+    if (now >= deadline) return ncclInProgress;
+    if (now - start < kProgressSpin)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(kProgressPoll);
   }
 }
 
