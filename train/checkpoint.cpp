@@ -465,9 +465,14 @@ NamedTensors checkpoint_tensors(const CheckpointState& s) {
   return out;
 }
 
-bool pause_requested() {
+// VITDDP_TEST_PAUSE_IN_SAVE: unset or "0": never; "step:N": only in the save of step N (so a
+// test can let earlier saves finish); anything else: in every save.
+bool pause_requested(int64_t step) {
   const char* v = std::getenv("VITDDP_TEST_PAUSE_IN_SAVE");
-  return v && *v && std::string(v) != "0";
+  if (!v || !*v || std::string(v) == "0") return false;
+  const std::string value(v);
+  if (value.rfind("step:", 0) == 0) return value.substr(5) == std::to_string(step);
+  return true;
 }
 
 struct Written {
@@ -477,14 +482,13 @@ struct Written {
 
 // Streams the tensors into an AtomicFile, computing the size and CRC on the way.
 Written write_tensors_file(const std::string& path, const NamedTensors& tensors,
-                           const std::map<std::string, std::string>& metadata) {
+                           const std::map<std::string, std::string>& metadata, bool pause) {
   uint64_t data_bytes = 0;
   for (const auto& [name, t] : tensors) data_bytes += t.nbytes();
   AtomicFile file(path);
   Written w;
   uint32_t crc = 0;
   uint64_t pause_at = UINT64_MAX;  // set once the header's size is known
-  const bool pause = pause_requested();
   stream_safetensors(
       tensors,
       [&](const char* data, size_t n) {
@@ -721,7 +725,8 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
   const std::string tensors_file = rank_file(state.rank, ".safetensors");
   const std::map<std::string, std::string> metadata = {
       {"format", kFormat}, {"step", std::to_string(state.step)}, {"rank", std::to_string(state.rank)}};
-  Written w = write_tensors_file(join_path(step_dir, tensors_file), checkpoint_tensors(state), metadata);
+  Written w = write_tensors_file(join_path(step_dir, tensors_file), checkpoint_tensors(state), metadata,
+                                 pause_requested(state.step));
   write_text_atomically(record_path, record_text(state, tensors_file, w.bytes, w.crc));
 
   apply_retention(dir, state.step, state.rank, state.world_size, options.keep);

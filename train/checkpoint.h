@@ -71,8 +71,9 @@ int64_t checkpoint_step_of(const std::string& step_dir);
 
 // Writes this rank's files for `state.step` under `dir` (created if needed), then applies
 // retention and (rank 0) updates DIR/LATEST. Returns the step folder. Test hook: with
-// VITDDP_TEST_PAUSE_IN_SAVE set (not "0"), it prints "VITDDP_TEST_PAUSE_IN_SAVE: paused ..." to
-// stderr after writing half of the tensors temp file and sleeps 30 s, so a test can kill it there.
+// VITDDP_TEST_PAUSE_IN_SAVE set (not "0"; "step:N" for the save of step N only), it prints
+// "VITDDP_TEST_PAUSE_IN_SAVE: paused ..." to stderr after writing half of the tensors temp file
+// and sleeps 30 s, so a test can kill it there.
 std::string save_checkpoint(const std::string& dir, const CheckpointState& state,
                             const CheckpointOptions& options = {});
 

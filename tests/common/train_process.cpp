@@ -1,6 +1,8 @@
 #include "common/train_process.h"
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -19,6 +21,44 @@ TrainOutcome run_train(const std::string& env, const std::string& args, bool use
   const int status = pipe ? pclose(pipe) : -1;
   o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return o;
+}
+
+KilledOutcome run_train_until(const std::string& env, const std::string& args, const std::string& marker,
+                              bool use_gpus, int timeout_s) {
+  int fds[2];
+  KilledOutcome o;
+  if (::pipe(fds) != 0) return o;
+  const std::string cmd = "exec env " + std::string(use_gpus ? "" : "CUDA_VISIBLE_DEVICES= ") + env + " timeout " +
+                          std::to_string(timeout_s) + " " + VITDDP_TRAIN_BIN + " " + args + " 2>&1";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);  // its own group: the launcher and every rank can be killed at once
+    ::close(fds[0]);
+    ::dup2(fds[1], 1);
+    ::close(fds[1]);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return o;
+  }
+  ::setpgid(pid, pid);
+  std::array<char, 512> buf;
+  ssize_t n;
+  while ((n = ::read(fds[0], buf.data(), buf.size())) > 0) {
+    o.out.append(buf.data(), static_cast<size_t>(n));
+    if (o.out.find(marker) != std::string::npos) {
+      ::kill(-pid, SIGKILL);
+      o.killed = true;
+      break;
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
   return o;
 }
 

@@ -15,4 +15,13 @@ struct TrainOutcome {
 // killed after `timeout_s`.
 TrainOutcome run_train(const std::string& env, const std::string& args, bool use_gpus = false, int timeout_s = 120);
 
+// Like run_train, but SIGKILLs the whole run (launcher and ranks: it runs in a process group of
+// its own) as soon as its output contains `marker`. `killed` says whether the marker was seen.
+struct KilledOutcome {
+  bool killed = false;
+  std::string out;
+};
+KilledOutcome run_train_until(const std::string& env, const std::string& args, const std::string& marker,
+                              bool use_gpus = false, int timeout_s = 120);
+
 }  // namespace vitddp::testing

@@ -1,7 +1,8 @@
 // Exact resume on the GPU through `train`: N steps, a checkpoint, a resumed run to N + M steps
 // give the weights of N + M uninterrupted steps, within fp32 rounding (GPU reductions may add in
 // another order from run to run). One GPU with batches made on the GPU, and 2 GPUs with
-// PowerSGD (its error buffers and Q travel in the checkpoint). Skipped without the GPUs.
+// PowerSGD (its error buffers and Q travel in the checkpoint), and a 2-GPU run killed in the
+// middle of a save. Skipped without the GPUs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -61,6 +62,29 @@ void check_resume(const std::string& extra) {
   auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
   ASSERT_EQ(c, 0) << out_c;
   EXPECT_NE(out_c.find("(step 6)"), std::string::npos) << out_c;
+  EXPECT_TRUE(weights_match(straight, resumed, 1e-5));
+}
+
+// Kill every process of a 2-GPU run in the middle of its step-4 save (the test hook pauses the
+// save halfway): the step-2 checkpoint is whole, --resume continues from it, and the weights
+// match the uninterrupted run's.
+TEST(ResumeGpu, KilledDuringASaveResumesFromThePreviousCheckpoint) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  TempDir dir;
+  const std::string straight = (dir.path / "straight.safetensors").string();
+  const std::string resumed = (dir.path / "resumed.safetensors").string();
+  const std::string ckpt = (dir.path / "ckpt").string();
+  const std::string two = " --gpus 2 --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --timeout 60";
+  auto [a, out_a] = run(kRun + two + " --steps 8 --save " + straight);
+  ASSERT_EQ(a, 0) << out_a;
+  testing::KilledOutcome k =
+      testing::run_train_until("VITDDP_TEST_PAUSE_IN_SAVE=step:4", kRun + two + " --steps 8 --checkpoint-dir " + ckpt +
+                               " --checkpoint-every 2", "VITDDP_TEST_PAUSE_IN_SAVE: paused", /*use_gpus=*/true, 600);
+  ASSERT_TRUE(k.killed) << k.out;
+  EXPECT_FALSE(fs::exists(ckpt + "/step-000004/rank-0.json")) << "the step-4 save finished before the kill";
+  auto [c, out_c] = run(kRun + two + " --steps 8 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  ASSERT_EQ(c, 0) << out_c;
+  EXPECT_NE(out_c.find("(step 2)"), std::string::npos) << out_c;
   EXPECT_TRUE(weights_match(straight, resumed, 1e-5));
 }
 

@@ -63,6 +63,29 @@ void check_exact_resume(const std::string& extra) {
 
 TEST(Resume, OneProcessIsBitExact) { check_exact_resume(""); }
 
+// Kill every process of a 2-rank run in the middle of its step-4 save (the test hook pauses the
+// save halfway): the step-2 checkpoint is whole, --resume continues from it, and the weights are
+// those of the uninterrupted run, bit for bit.
+TEST(Resume, KilledDuringASaveResumesFromThePreviousCheckpoint) {
+  TempDir dir;
+  const std::string straight = (dir.path / "straight.safetensors").string();
+  const std::string resumed = (dir.path / "resumed.safetensors").string();
+  const std::string ckpt = (dir.path / "ckpt").string();
+  const std::string two = " --procs 2 --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --timeout 60";
+  auto [a, out_a] = run(kRun + two + " --steps 8 --save " + straight);
+  ASSERT_EQ(a, 0) << out_a;
+  testing::KilledOutcome k = testing::run_train_until(
+      "VITDDP_TEST_PAUSE_IN_SAVE=step:4", kRun + two + " --steps 8 --checkpoint-dir " + ckpt + " --checkpoint-every 2",
+      "VITDDP_TEST_PAUSE_IN_SAVE: paused");
+  ASSERT_TRUE(k.killed) << k.out;
+  EXPECT_TRUE(fs::exists(ckpt + "/step-000002/rank-1.json")) << k.out;
+  EXPECT_FALSE(fs::exists(ckpt + "/step-000004/rank-0.json")) << "the step-4 save finished before the kill";
+  auto [c, out_c] = run(kRun + two + " --steps 8 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  ASSERT_EQ(c, 0) << out_c;
+  EXPECT_NE(out_c.find("(step 2)"), std::string::npos) << out_c;
+  EXPECT_EQ(weights(resumed), weights(straight)) << "resumed weights differ from the uninterrupted run";
+}
+
 TEST(Resume, TwoRanksWithPowerSgdAreBitExact) {
   check_exact_resume(" --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05");
 }
