@@ -552,7 +552,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   out << "summary: " << run.model.name << " on " << (world > 1 ? std::to_string(world) + " ranks, rank 0 " : "") << run.device << " (" << config.precision << "): " << std::setprecision(4)
       << result.steps_per_s << " steps/s, " << result.images_per_s << " img/s, median step " << result.median_step_ms
       << " ms, peak memory " << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> "
-      << result.losses.back() << "\n";
+      << result.losses.back();
+  if (!result.trace.is_null() && result.trace.contains("exposed_comm_ms"))  // --trace: the totals too
+    out << ", all-reduce " << result.trace["comm_ms"].get<double>() << " ms/step of which exposed "
+        << result.trace["exposed_comm_ms"].get<double>() << " (overlap " << result.trace["overlap_pct"].get<double>()
+        << "%)";
+  out << "\n";
   if (!config.save.empty() && env.rank == 0) {
     write_safetensors(config.save, arena.master_views());
     out << "saved weights to " << config.save << "\n";

@@ -24,6 +24,8 @@ TEST(TraceRun, TwoGlooRanksEveryStepPhaseAndBucket) {
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("trace: " + path + ": mean over 6 rank-steps"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("\"exposed_comm_ms\""), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("ms/step of which exposed "), std::string::npos) << "the summary line carries the totals\n"
+                                                                         << o.out;
   const size_t buckets = 8;  // vit_tiny at 0.05 MB buckets (the run prints it)
   EXPECT_NE(o.out.find(std::to_string(buckets) + " buckets of"), std::string::npos) << o.out;
   nlohmann::json doc = testing::read_trace(path);
