@@ -16,6 +16,7 @@
 #include "data/file_dataset.h"
 #include "data/sampler.h"
 #include "data/synthetic_dataset.h"
+#include "framework/core/devices.h"
 #include "framework/core/allocator.h"
 #include "framework/io/safetensors.h"
 #include "framework/nn/param_arena.h"
@@ -44,14 +45,6 @@
 
 namespace vitddp {
 namespace {
-
-int visible_gpus() {
-#if VITDDP_WITH_CUDA
-  return cuda::visible_device_count();
-#else
-  return 0;
-#endif
-}
 
 std::string describe_visible_gpus() {
 #if VITDDP_WITH_CUDA
@@ -101,7 +94,7 @@ std::unique_ptr<Dataset> make_dataset(const TrainConfig& c, const VitConfig& m, 
 }  // namespace
 
 ResolvedRun resolve_run(const TrainConfig& c, const RankEnvironment& env, std::ostream& log) {
-  const int visible = visible_gpus();
+  const int visible = visible_gpu_count();
   std::string device = c.device;
   if (c.procs > 0) {
     VITDDP_CHECK(c.device == "auto" || c.device == "cpu", "--procs ", c.procs, " trains on the CPU; it conflicts with --device ",

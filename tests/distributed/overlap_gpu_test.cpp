@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "framework/core/devices.h"
 #include "common/gpu.h"
 #include "common/train_process.h"
 #include "train/trace_run_checks.h"
@@ -15,16 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int visible_gpus() {
-#if VITDDP_WITH_CUDA
-  return cuda::visible_device_count();
-#else
-  return 0;
-#endif
-}
-
 TEST(OverlapGpu, BucketAllReducesStartBeforeBackwardEnds) {
-  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  if (visible_gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
   const fs::path dir = fs::temp_directory_path() / ("vitddp_overlap_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string path = (dir / "trace.json").string();

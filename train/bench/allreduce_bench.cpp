@@ -19,6 +19,7 @@
 
 #include "distributed/launcher.h"
 #include "distributed/process_group.h"
+#include "framework/core/devices.h"
 #include "framework/core/error.h"
 #include "framework/core/scalar_types.h"
 #include "models/vit/vit_config.h"
@@ -393,19 +394,11 @@ BenchPlan make_plan(const BenchFlags& f) {
   return plan;
 }
 
-int visible_gpus() {
-#if VITDDP_WITH_CUDA
-  return cuda::visible_device_count();
-#else
-  return 0;
-#endif
-}
-
 void check_gpus(int wanted, int local_rank) {
   VITDDP_CHECK(VITDDP_WITH_CUDA, "--gpus needs the CUDA backend, and this build has none; --procs N all-reduces over Gloo "
                "on the CPU");
   VITDDP_CHECK(has_nccl_backend(), "--gpus all-reduces over NCCL, and this build has none (nccl.h and libnccl were not found)");
-  const int visible = visible_gpus();
+  const int visible = visible_gpu_count();
   VITDDP_CHECK(wanted <= visible && local_rank < visible, "--gpus ", wanted, " asked for but ", visible,
                " GPU(s) visible");
 }
@@ -511,7 +504,7 @@ int run_bench_allreduce(int argc, char** argv) {
                  " per machine, but this rank's local rank is ", env.local_rank, " (", env.source, " variables)");
 
   // Without --gpus or --procs: the GPU of this rank when one is visible, else the CPU.
-  const bool on_gpu = flags.gpus > 0 || (flags.procs == 0 && visible_gpus() > 0 && has_nccl_backend());
+  const bool on_gpu = flags.gpus > 0 || (flags.procs == 0 && visible_gpu_count() > 0 && has_nccl_backend());
   ProcessGroupOptions options;
   options.rank = env.rank;
   options.world_size = env.world_size;
