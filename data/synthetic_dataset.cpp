@@ -1,5 +1,8 @@
 #include "data/synthetic_dataset.h"
 
+#include <Eigen/Core>
+
+#include <algorithm>
 #include <cmath>
 
 #include "framework/core/error.h"
@@ -13,22 +16,33 @@ constexpr uint64_t kPatternStream = 0x5eed'ba77'e4a5'0001ull;
 constexpr int64_t kMaxCachedPatternFloats = int64_t{16} << 20;  // 64 MB
 
 // out[i] = scale * N(0, 1) (or out[i] += ... when `add`): Box-Muller in f32 on two 24-bit
-// uniforms from one 64-bit draw, two normals per draw (about twice as fast as f64 math; the
-// tails are cut at 5.9 sigma, fine for synthetic data).
+// uniforms from one 64-bit draw, two normals per draw (the tails are cut at 5.9 sigma, fine for
+// synthetic data). The draws are scalar; log, sqrt, sin and cos run on Eigen arrays of a few
+// hundred pairs, in SIMD (about 3x the scalar loop with -march=native: the loader has to outrun
+// a GPU step of 13 ms, 32 images of 150k values).
 void normals(Generator& gen, float* out, int64_t n, float scale, bool add) {
-  for (int64_t i = 0; i < n; i += 2) {
-    const uint64_t bits = gen.next_u64();
-    const float u1 = (static_cast<float>(bits >> 40) + 0.5f) * 0x1.0p-24f;  // (0, 1)
-    const float u2 = static_cast<float>(bits & 0xffffff) * 0x1.0p-24f;      // [0, 1)
-    const float r = std::sqrt(-2.0f * std::log(u1)) * scale;
-    const float a = 6.28318530717958647692f * u2;
-    const float z0 = r * std::cos(a);
-    if (add) out[i] += z0;
-    else out[i] = z0;
-    if (i + 1 < n) {
-      const float z1 = r * std::sin(a);
-      if (add) out[i + 1] += z1;
-      else out[i + 1] = z1;
+  constexpr int kPairs = 256;
+  Eigen::Array<float, kPairs, 1> u1, u2;
+  for (int64_t i = 0; i < n; i += 2 * kPairs) {
+    const int pairs = static_cast<int>(std::min<int64_t>(kPairs, (n - i + 1) / 2));
+    for (int k = 0; k < pairs; ++k) {
+      const uint64_t bits = gen.next_u64();
+      u1[k] = (static_cast<float>(bits >> 40) + 0.5f) * 0x1.0p-24f;  // (0, 1)
+      u2[k] = static_cast<float>(bits & 0xffffff) * 0x1.0p-24f;      // [0, 1)
+    }
+    for (int k = pairs; k < kPairs; ++k) u1[k] = u2[k] = 0.5f;  // a short last chunk: unused lanes
+    const Eigen::Array<float, kPairs, 1> r = (-2.0f * u1.log()).sqrt() * scale;
+    const Eigen::Array<float, kPairs, 1> angle = 6.28318530717958647692f * u2;
+    const Eigen::Array<float, kPairs, 1> z0 = r * angle.cos(), z1 = r * angle.sin();
+    for (int k = 0; k < pairs; ++k) {
+      const int64_t at = i + 2 * k;
+      if (add) {
+        out[at] += z0[k];
+        if (at + 1 < n) out[at + 1] += z1[k];
+      } else {
+        out[at] = z0[k];
+        if (at + 1 < n) out[at + 1] = z1[k];
+      }
     }
   }
 }
