@@ -185,15 +185,35 @@ void Reducer::finalize() {
 // guess matters at bucket level: buckets launch in index order, so a bucket that completes
 // before a lower-indexed one waits for it. After the first synchronised backward the reducer
 // measures that wait as the gradient bytes that arrived while a complete bucket waited (the
-// stall; not counting the last bucket, which goes out at the end of backward in any case), and
-// assigns buckets again from the order the parameters became ready (unused ones
-// last, in reverse registration order; each bucket's parameters sorted by arena offset, so
-// contiguous ones stay views). It switches to the new buckets when they are all views (nothing
-// lost), or when the stall is more than a tenth of the gradients (a copy per bucket costs less
-// than losing that much overlap). A bias arriving just after its weight moves bucket edges and
-// would cost views for a wait of a few kilobytes: those buckets are kept. Rank 0 decides and
-// sends its choice and order (one broadcast), so every rank does the same; the hook is told
-// (PowerSGD starts its per-bucket state again). Once per run, like PyTorch's rebuild.
+// stall), and when there was any, assigns buckets again from the order the parameters became
+// ready (unused ones last, in reverse registration order; each bucket's parameters sorted by
+// arena offset, so contiguous ones stay views). It switches to the new buckets when they are
+// all views, or when gradients are copies anyway (--grad-as-bucket-view=false): a rebuild never
+// trades views for copies, since with views the gradient layout is the arena's, fixed at start.
+// (For the ViT a weight's gradient arrives just before its bias's, so a few bucket edges move
+// by a bias and the reducer keeps its buckets with views; without views it rebuilds.) Rank 0
+// decides and sends its choice and order (one broadcast), so every rank does the same; the hook
+// is told (PowerSGD starts its per-bucket state again). Once per run, like PyTorch's rebuild;
+// the buckets in use are saved with checkpoints and restored on resume (restore_buckets).
+void Reducer::restore_buckets(const std::vector<std::vector<size_t>>& buckets) {
+  VITDDP_CHECK(!in_backward_, "Reducer: restore_buckets() during a backward pass");
+  std::vector<bool> seen(params_.size(), false);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    VITDDP_CHECK(!buckets[b].empty(), "saved buckets: bucket ", b, " is empty");
+    for (size_t i : buckets[b]) {
+      VITDDP_CHECK(i < params_.size(), "saved buckets: bucket ", b, " names parameter ", i, " but the model has ",
+                   params_.size());
+      VITDDP_CHECK(!seen[i], "saved buckets: parameter ", i, " (", params_[i].name, ") is in two buckets");
+      VITDDP_CHECK(dtypes_[i] == dtypes_[buckets[b].front()], "saved buckets: bucket ", b, " mixes gradient dtypes");
+      seen[i] = true;
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    VITDDP_CHECK(seen[i], "saved buckets: parameter ", i, " (", params_[i].name, ") is in no bucket");
+  build_buckets(BucketAssignment{buckets});
+  order_checked_ = true;
+}
+
 double Reducer::stall_fraction() const {
   std::vector<size_t> position(params_.size(), ready_order_.size());  // unused: at the end
   std::vector<double> arrived(ready_order_.size() + 1, 0.0);           // bytes arrived before position k
@@ -205,7 +225,6 @@ double Reducer::stall_fraction() const {
   for (size_t b : bytes_) total += static_cast<double>(b);
   size_t launch = 0;  // launches happen in index order: at the latest completion so far
   for (const Bucket& bucket : state_) {
-    if (bucket.view.is_last) break;  // it waits for backward's end whatever the order: no loss
     size_t complete = 0;
     for (size_t i : bucket.info.params) complete = std::max(complete, position[i]);
     launch = std::max(launch, complete);
@@ -239,7 +258,7 @@ void Reducer::rebuild_from_ready_order() {
     const BucketAssignment candidate = assign(order);
     bool all_views = true;
     for (const std::vector<size_t>& bucket : candidate.buckets) all_views = all_views && contiguous_in_arena(bucket);
-    rebuild = all_views || !options_.grad_as_bucket_view || stall > 0.1;
+    rebuild = all_views || !options_.grad_as_bucket_view;
   }
   std::vector<int64_t> message = {rebuild ? 1 : 0};
   for (size_t i : order) message.push_back(static_cast<int64_t>(i));

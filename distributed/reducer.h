@@ -75,6 +75,11 @@ class Reducer {
   const std::vector<size_t>& ready_order() const { return ready_order_; }
   // Times the buckets were rebuilt from the observed order (0 or 1; see Note [Bucket rebuild]).
   int rebuilds() const { return rebuilds_; }
+  // Uses these buckets (parameter indices per bucket, in bucket order: a checkpoint's) instead
+  // of the current ones, and skips the rebuild check: a resumed run keeps the buckets its
+  // hook state was saved with. Throws vitddp::Error unless every parameter is in exactly one
+  // bucket and a bucket's parameters share a dtype.
+  void restore_buckets(const std::vector<std::vector<size_t>>& buckets);
 
  private:
   struct Bucket {

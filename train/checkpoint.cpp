@@ -271,6 +271,7 @@ struct Record {
     bool error = false, q = false;
   };
   std::vector<PsgdBucket> powersgd_buckets;
+  std::vector<std::vector<size_t>> buckets;  // optional key "buckets"
   json config;
   std::string tensors_file;
   uint64_t tensors_bytes = 0;
@@ -291,12 +292,14 @@ class RecordReader {
     return where.empty() ? key : where + "." + key;
   }
 
-  // `obj` must be an object with exactly `keys`.
-  void exact_keys(const json& obj, const std::string& where, const std::vector<std::string>& keys) const {
+  // `obj` must be an object with exactly `keys`, plus any of `optional`.
+  void exact_keys(const json& obj, const std::string& where, const std::vector<std::string>& keys,
+                  const std::vector<std::string>& optional = {}) const {
     if (!obj.is_object())
       fail(where.empty() ? "the record" : "'" + where + "'", " must be a JSON object, got ", obj.type_name());
     for (const auto& item : obj.items())
-      if (std::find(keys.begin(), keys.end(), item.key()) == keys.end())
+      if (std::find(keys.begin(), keys.end(), item.key()) == keys.end() &&
+          std::find(optional.begin(), optional.end(), item.key()) == optional.end())
         fail("unknown key ", quote(field(where, item.key())), " in the record (written by another version?)");
     for (const std::string& key : keys)
       if (!obj.contains(key)) fail("missing field '", field(where, key), "' in the record");
@@ -348,7 +351,8 @@ Record parse_record_text(const std::string& text, const std::string& label) {
   }
   r.exact_keys(j, "",
                {"format", "version", "step", "rank", "world_size", "model", "optimizer", "rng", "loader_step",
-                "powersgd", "config", "tensors", "complete"});
+                "powersgd", "config", "tensors", "complete"},
+               {"buckets"});
   if (r.string(j, "", "format") != kFormat)
     r.fail("field 'format' is ", quote(j["format"].get<std::string>()), ", expected '", kFormat, "'");
   int64_t version = r.integer(j, "", "version", 0);
@@ -401,6 +405,21 @@ Record parse_record_text(const std::string& text, const std::string& label) {
     }
   }
 
+  if (j.contains("buckets")) {  // optional: records of single-process runs have none
+    const json& buckets = j["buckets"];
+    if (!buckets.is_array()) r.fail("field 'buckets' must be an array, got ", buckets.type_name());
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (!buckets[b].is_array() || buckets[b].empty())
+        r.fail("field 'buckets[", b, "]' must be a non-empty array of parameter indices");
+      std::vector<size_t> params;
+      for (const json& v : buckets[b]) {
+        if (!v.is_number_unsigned()) r.fail("field 'buckets[", b, "]' holds ", v.dump(), ", not a parameter index");
+        params.push_back(v.get<size_t>());
+      }
+      rec.buckets.push_back(std::move(params));
+    }
+  }
+
   if (!j["config"].is_object()) r.fail("field 'config' must be a JSON object, got ", j["config"].type_name());
   rec.config = j["config"];
 
@@ -432,6 +451,7 @@ std::string record_text(const CheckpointState& s, const std::string& tensors_fil
   j["optimizer"] = {{"name", s.optimizer_name}, {"steps", s.optimizer_steps}};
   j["rng"] = {{"dropout", {{"seed", s.dropout_seed}, {"counter", s.dropout_counter}}}};
   j["loader_step"] = s.loader_step;
+  if (!s.buckets.empty()) j["buckets"] = s.buckets;
   if (s.powersgd) {
     ojson buckets = ojson::array();
     for (const auto& [index, b] : s.powersgd->buckets)
@@ -812,6 +832,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
   state.dropout_seed = rec.dropout_seed;
   state.dropout_counter = rec.dropout_counter;
   state.loader_step = rec.loader_step;
+  state.buckets = rec.buckets;
   state.optimizer_name = rec.optimizer_name;
   state.optimizer_steps = rec.optimizer_steps;
   std::map<size_t, Record::PsgdBucket> listed;

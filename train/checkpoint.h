@@ -48,6 +48,9 @@ struct CheckpointState {
   NamedTensors weights;          // ParamArena::master_views(): f32 master weights by parameter name
   NamedTensors optimizer_state;  // Optimizer::state()
   std::optional<PowerSgdState> powersgd;  // this rank's PowerSGD state when the run's hook is PowerSGD
+  // DDP: the reducer's buckets (parameter indices, bucket order), rebuilt or not; the hook's
+  // per-bucket state is keyed by them. Empty when not data-parallel (or saved without them).
+  std::vector<std::vector<size_t>> buckets;
 };
 
 // What the resuming run is; load_checkpoint refuses a checkpoint that does not match.

@@ -304,9 +304,16 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       restore_tensors(st.optimizer_state, optimizer->state(), "optimizer state");
       optimizer->set_step_count(st.optimizer_steps);
       model.dropout_generator() = Generator(st.dropout_seed, st.dropout_counter);
+      // The buckets first: the hook's per-bucket state is keyed by the saved ones.
+      if (ddp.reducer && !st.buckets.empty()) ddp.reducer->restore_buckets(st.buckets);
       if (st.powersgd) {
         auto* hook = dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook());
         VITDDP_ASSERT(hook != nullptr, "a PowerSGD checkpoint for a run without the PowerSGD hook");
+        for (const auto& [index, b] : st.powersgd->buckets)
+          VITDDP_CHECK(index < ddp.reducer->buckets().size() &&
+                           (!b.error.defined() || b.error.numel() == ddp.reducer->buckets()[index].numel),
+                       dir, ": its PowerSGD state does not fit this run's gradient buckets (bucket ", index,
+                       "); resume with the --bucket-mb and --first-bucket-mb it was saved with");
         hook->state() = powersgd_state_on(*st.powersgd, device);
       }
       start_step = st.step;
@@ -461,8 +468,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     st.optimizer_steps = optimizer->step_count();
     st.weights = arena.master_views();
     st.optimizer_state = optimizer->state();
-    if (ddp.reducer)
+    if (ddp.reducer) {
+      for (const BucketInfo& b : ddp.reducer->buckets()) st.buckets.push_back(b.params);
       if (auto* hook = dynamic_cast<const PowerSgdHook*>(&ddp.reducer->hook())) st.powersgd = hook->state();
+    }
     CheckpointOptions options;
     options.keep = static_cast<int>(config.checkpoint_keep);
     const std::string dir = save_checkpoint(config.checkpoint_dir, st, options);

@@ -1,5 +1,7 @@
 #include "framework/cuda/copy.h"
 
+#include <cmath>
+
 #include "framework/cuda/check.h"
 #include "framework/cuda/op_profiler.h"
 #include "framework/cuda/dispatch.cuh"
@@ -67,7 +69,8 @@ void fill_tensor(const Tensor& dst, double value) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   DeviceGuard guard(dst.device().index);
-  if (value == 0.0 && dst.is_contiguous()) {  // zero bits in every dtype: the driver's memset is the fastest
+  // +0 is all-zero bits in every dtype: the driver's memset is the fastest (-0 is not).
+  if (value == 0.0 && !std::signbit(value) && dst.is_contiguous()) {
     CUDA_CHECK(cudaMemsetAsync(dst.data_ptr(), 0, dst.nbytes(), current_stream()));
     return;
   }

@@ -238,6 +238,58 @@ TEST(Reducer, RebuildsBucketsOnceWhenGradientsArriveOutOfBucketOrder) {
   }
 }
 
+// A checkpoint's buckets replace the guess and the rebuild check; bad lists are refused by name.
+// Two buckets in the wrong order: the second completes first and waits for all of the first.
+TEST(Reducer, RebuildsTwoBucketsThatCompleteInReverse) {
+  Tensor p0 = Tensor::from_vector({0.5, -1.5, 2.0, 0.25}, {4}).set_requires_grad(true);
+  Tensor p1 = Tensor::from_vector({1.5, 0.5, -0.75, 3.0}, {4}).set_requires_grad(true);
+  NamedTensors params = {{"p0", p0}, {"p1", p1}};
+  ParamArena arena(params, Device::cpu());
+  testing::FakeGroup group;
+  std::vector<ReducerParam> rp;
+  for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+  ReducerOptions options;
+  options.bucket_cap_bytes = 16;
+  options.first_bucket_cap_bytes = 16;
+  Reducer reducer(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].second.register_grad_ready_hook([&reducer, i](const Tensor&) { reducer.mark_ready(i); });
+  EXPECT_EQ(reducer.buckets()[0].params, std::vector<size_t>{1});
+  arena.zero_grad();
+  reducer.prepare_for_backward();
+  sum(mul(p0, mul(p1, Tensor::from_vector({1, 2, 3, 4}, {4})))).backward();  // p0's gradient first
+  reducer.finalize();
+  EXPECT_EQ(reducer.rebuilds(), 1);
+  EXPECT_EQ(reducer.buckets()[0].params, std::vector<size_t>{0});
+}
+
+TEST(Reducer, RestoredBucketsAreUsedAndCheckedAndSkipTheRebuild) {
+  ReducerOptions options;
+  options.bucket_cap_bytes = 40000;
+  options.first_bucket_cap_bytes = 5000;
+  options.grad_as_bucket_view = false;  // would rebuild after the first step otherwise
+  DdpFixture s(options);
+  const size_t n = s.params.size();
+  std::vector<std::vector<size_t>> halves(2);
+  for (size_t i = n; i-- > 0;) halves[i < n / 2 ? 1 : 0].push_back(i);
+  s.reducer->restore_buckets(halves);
+  ASSERT_EQ(s.reducer->buckets().size(), 2u);
+  EXPECT_EQ(s.reducer->buckets()[0].params, halves[0]);
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss().backward();
+  s.reducer->finalize();
+  EXPECT_EQ(s.reducer->rebuilds(), 0);
+  EXPECT_EQ(s.reducer->buckets()[1].params, halves[1]);
+  EXPECT_EQ(s.group.calls.size(), 2u);
+  std::vector<std::vector<size_t>> missing = {halves[0]};
+  EXPECT_TRUE(testing::throws_with([&] { s.reducer->restore_buckets(missing); }, {"is in no bucket"}));
+  std::vector<std::vector<size_t>> twice = {halves[0], halves[1], {0}};
+  EXPECT_TRUE(testing::throws_with([&] { s.reducer->restore_buckets(twice); }, {"class_token", "in two buckets"}));
+  std::vector<std::vector<size_t>> beyond = {halves[0], halves[1], {n}};
+  EXPECT_TRUE(testing::throws_with([&] { s.reducer->restore_buckets(beyond); }, {"names parameter"}));
+}
+
 TEST(Reducer, KeepsViewBucketsWhenTheWaitIsSmall) {
   ReducerOptions options;
   options.bucket_cap_bytes = 40000;

@@ -82,6 +82,7 @@ CheckpointState small_state(int64_t step, int rank = 0, int world = 1, bool powe
   s.optimizer_steps = step;
   s.weights = {{"a.weight", filled({3, 4}, gen)}, {"b.bias", filled({5}, gen)}};
   s.optimizer_state = {{"momentum_buffer", filled({17}, gen)}};
+  s.buckets = {{1}, {0}};
   if (powersgd) {
     s.powersgd.emplace();
     s.powersgd->iter = step + 3;
@@ -153,6 +154,7 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   EXPECT_EQ(back.dropout_seed, s.dropout_seed);
   EXPECT_EQ(back.dropout_counter, s.dropout_counter);
   EXPECT_EQ(back.loader_step, s.loader_step);
+  EXPECT_EQ(back.buckets, s.buckets);
   EXPECT_EQ(back.optimizer_name, s.optimizer_name);
   EXPECT_EQ(back.optimizer_steps, s.optimizer_steps);
   EXPECT_TRUE(same_named(back.weights, s.weights));
@@ -698,6 +700,15 @@ std::vector<BadCase> bad_cases() {
       {"negative_loader_step",
        [&](const std::string& d, E&) { edit_record(d, [](json& j) { j["loader_step"] = -4; }); },
        {"rank-0.json: field 'loader_step' must be >= 0, got -4"}},
+      {"buckets_not_an_array",
+       [&](const std::string& d, E&) { edit_record(d, [](json& j) { j["buckets"] = "0,1"; }); },
+       {"rank-0.json: field 'buckets' must be an array, got string"}},
+      {"bucket_with_a_negative_index",
+       [&](const std::string& d, E&) { edit_record(d, [](json& j) { j["buckets"] = json::array({{1, 0}, {-2}}); }); },
+       {"rank-0.json: field 'buckets[1]' holds -2, not a parameter index"}},
+      {"empty_bucket",
+       [&](const std::string& d, E&) { edit_record(d, [](json& j) { j["buckets"] = json::array({json::array()}); }); },
+       {"rank-0.json: field 'buckets[0]' must be a non-empty array of parameter indices"}},
       {"huge_integer",
        [&](const std::string& d, E&) { edit_record(d, [](json& j) { j["step"] = 18446744073709551615ull; }); },
        {"rank-0.json: field 'step' is out of range"}},
