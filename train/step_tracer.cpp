@@ -24,6 +24,10 @@ class MarkClock {
   virtual void comm_after_compute() = 0;
   // Trace-clock microseconds of a mark; waits for the work before it on the GPU.
   virtual double time_us(size_t id) = 0;
+  // The same, measured from `anchor` (an earlier mark whose time is `anchor_us`): CUDA reports
+  // elapsed times as float milliseconds, whose step grows with the distance (4 us after a
+  // minute), so the marks of a step are timed from the step's first mark.
+  virtual double time_us(size_t id, size_t anchor, double anchor_us) = 0;
   // Marks below `id` will not be read again (their events may be reused).
   virtual void release_before(size_t id) = 0;
   // True when marks are host times taken at once (no streams: the CPU backend).
@@ -41,6 +45,7 @@ class HostMarkClock final : public MarkClock {
   void comm_after_compute() override {}
   bool on_host() const override { return true; }
   double time_us(size_t id) override { return times_.at(id - base_); }
+  double time_us(size_t id, size_t, double) override { return time_us(id); }
   void release_before(size_t id) override {
     if (id <= base_) return;
     times_.erase(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(id - base_));
@@ -79,6 +84,11 @@ class CudaMarkClock final : public MarkClock {
     const cuda::Event& event = events_.at(id - base_);
     event.synchronize();
     return reference_us_ + 1e3 * static_cast<double>(event.elapsed_ms_since(reference_));
+  }
+  double time_us(size_t id, size_t anchor, double anchor_us) override {
+    const cuda::Event& event = events_.at(id - base_);
+    event.synchronize();
+    return anchor_us + 1e3 * static_cast<double>(event.elapsed_ms_since(events_.at(anchor - base_)));
   }
   void release_before(size_t id) override {
     if (id <= base_) return;
@@ -187,14 +197,18 @@ void StepTracer::bucket_finished(size_t index, const BucketInfo& bucket) {
 }
 
 void StepTracer::resolve(PendingStep& step) {
+  if (step.intervals.empty()) return;
+  // The step's first mark (its "step" interval's begin) anchors the others.
+  const size_t anchor = step.intervals.front().begin;
+  const double anchor_us = clock_->time_us(anchor);
+  auto at = [&](size_t id) { return clock_->time_us(id, anchor, anchor_us); };
   size_t highest = 0;
   for (const PendingInterval& i : step.intervals) {
-    recorder_.add(GpuInterval{i.name, rank_, step.step, i.stream, clock_->time_us(i.begin), clock_->time_us(i.end)});
+    recorder_.add(GpuInterval{i.name, rank_, step.step, i.stream, at(i.begin), at(i.end)});
     highest = std::max({highest, i.begin + 1, i.end + 1});
   }
   for (const PendingBucket& b : step.buckets) {
-    recorder_.add(BucketRecord{rank_, step.step, b.index, b.bytes, clock_->time_us(b.ready), clock_->time_us(b.start),
-                               clock_->time_us(b.end)});
+    recorder_.add(BucketRecord{rank_, step.step, b.index, b.bytes, at(b.ready), at(b.start), at(b.end)});
     highest = std::max({highest, b.ready + 1, b.start + 1, b.end + 1});
   }
   clock_->release_before(highest);

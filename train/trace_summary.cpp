@@ -42,8 +42,19 @@ nlohmann::json trace_summary(const RunStats& run) {
   };
   std::map<int, Sums> buckets;
   const int first_rank = run.steps.front().rank;
+  // Rank 0's last step gives the bucket layout; steps with another one (before the reducer
+  // rebuilt its buckets) stay out of the per-bucket means.
+  const StepStats* last = nullptr;
+  for (const StepStats& s : run.steps)
+    if (s.rank == first_rank) last = &s;
+  auto same_layout = [&](const StepStats& s) {
+    if (s.buckets.size() != last->buckets.size()) return false;
+    for (size_t k = 0; k < s.buckets.size(); ++k)
+      if (s.buckets[k].index != last->buckets[k].index || s.buckets[k].bytes != last->buckets[k].bytes) return false;
+    return true;
+  };
   for (const StepStats& s : run.steps) {
-    if (s.rank != first_rank) continue;
+    if (s.rank != first_rank || !same_layout(s)) continue;
     for (const BucketStats& b : s.buckets) {
       Sums& sum = buckets[b.index];
       sum.bytes = b.bytes;

@@ -14,8 +14,9 @@ namespace vitddp {
 // {"steps", "step_ms", "forward_ms", "backward_ms", "comm_ms", "exposed_comm_ms", "overlap_pct",
 //  "slowest_rank", "ranks": [{rank, mean_step_ms, max_step_ms, mean_exposed_comm_ms}],
 //  "buckets": [{index, bytes, ready_ms, start_ms, end_ms, comm_ms, waited_ms, GBps}]}:
-// step figures are means over every (rank, step); buckets are rank 0's, averaged over its steps,
-// times from the start of the step. Empty object when nothing was analysed.
+// step figures are means over every (rank, step); buckets are rank 0's, averaged over its steps
+// with the last step's bucket layout, times from the start of the step. Empty object when
+// nothing was analysed.
 nlohmann::json trace_summary(const RunStats& run);
 
 // Human-readable lines of the same (one summary line, then the per-bucket table).

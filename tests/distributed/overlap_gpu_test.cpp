@@ -29,12 +29,13 @@ TEST(OverlapGpu, BucketAllReducesStartBeforeBackwardEnds) {
   nlohmann::json doc = testing::read_trace(path);
   testing::TracedRun run = testing::traced_steps(doc);
   ASSERT_FALSE(run.empty());
-  const size_t buckets = run.begin()->second.buckets.size();
-  ASSERT_GE(buckets, 5u);
-  // Marks on two streams are read through one clock: allow 20 us of slack.
-  testing::check_traced_run(doc, 2, 5, buckets, 20.0);
+  // Marks on two streams are read through one clock: allow 20 us of slack. The bucket count
+  // may change after the first step (Note [Bucket rebuild]).
+  testing::check_traced_run(doc, 2, 5, /*buckets=*/0, 20.0);
   for (const auto& [key, s] : run) {
     SCOPED_TRACE("rank " + std::to_string(key.first) + " step " + std::to_string(key.second));
+    const size_t buckets = s.buckets.size();
+    ASSERT_GE(buckets, 5u);
     size_t started_during_backward = 0;
     for (size_t i = 0; i < s.buckets.size(); ++i) {
       const testing::TracedBucket& b = s.buckets[i];

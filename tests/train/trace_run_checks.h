@@ -64,7 +64,8 @@ inline TracedRun traced_steps(const nlohmann::json& doc) {
   return run;
 }
 
-// `slack_us`: clock slack allowed between marks taken on different streams.
+// `slack_us`: clock slack allowed between marks taken on different streams. `buckets`: how many
+// each step has; 0: any number (the reducer may rebuild its buckets after the first step).
 inline void check_traced_run(const nlohmann::json& doc, int ranks, int64_t steps, size_t buckets, double slack_us) {
   TracedRun run = traced_steps(doc);
   ASSERT_EQ(run.size(), static_cast<size_t>(ranks * steps)) << "one entry per rank and step";
@@ -74,7 +75,8 @@ inline void check_traced_run(const nlohmann::json& doc, int ranks, int64_t steps
     EXPECT_GE(s.forward_end, 0) << "no forward interval";
     ASSERT_GE(s.backward_start, 0) << "no backward interval";
     EXPECT_LE(s.forward_end, s.backward_start + slack_us);
-    ASSERT_EQ(s.buckets.size(), buckets) << "one communication record per bucket";
+    if (buckets > 0) ASSERT_EQ(s.buckets.size(), buckets) << "one communication record per bucket";
+    ASSERT_FALSE(s.buckets.empty()) << "no communication records";
     for (size_t i = 0; i < s.buckets.size(); ++i) {
       const TracedBucket& b = s.buckets[i];
       EXPECT_EQ(b.index, static_cast<int>(i));
