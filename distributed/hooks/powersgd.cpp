@@ -1,5 +1,8 @@
 #include "distributed/hooks/powersgd.h"
 
+#include <algorithm>
+#include <utility>
+
 #include <cmath>
 
 #include "framework/core/nvtx.h"
@@ -15,25 +18,27 @@
 namespace vitddp {
 namespace {
 
-// Row-major products on slices, without autograd: c = a b, db = a^T dc, da = dc b^T.
-void product(const Tensor& a, const Tensor& b, const Tensor& c, int64_t m, int64_t k, int64_t n) {
-  if (a.device().is_cpu()) return cpu::matmul_forward(a, b, c, 1, m, k, n, false);
+// Batched row-major products on slices, without autograd: c = a b, db = a^T dc, da = dc b^T,
+// for `batch` entries placed `strides` apart (framework/core/matmul_strides.h).
+void product(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t m, int64_t k, int64_t n,
+             const MatmulStrides& strides) {
+  if (a.device().is_cpu()) return cpu::matmul_forward(a, b, c, batch, m, k, n, false, strides);
 #if VITDDP_WITH_CUDA
-  cuda::matmul_forward(a, b, c, 1, m, k, n, false);
+  cuda::matmul_forward(a, b, c, batch, m, k, n, false, strides);
 #endif
 }
-void product_at_b(const Tensor& a, const Tensor& b_shape, const Tensor& dc, const Tensor& db, int64_t m, int64_t k,
-                  int64_t n) {
-  if (a.device().is_cpu()) return cpu::matmul_backward(a, b_shape, dc, Tensor(), db, 1, m, k, n, false);
+void product_at_b(const Tensor& a, const Tensor& b_shape, const Tensor& dc, const Tensor& db, int64_t batch, int64_t m,
+                  int64_t k, int64_t n, const MatmulStrides& strides) {
+  if (a.device().is_cpu()) return cpu::matmul_backward(a, b_shape, dc, Tensor(), db, batch, m, k, n, false, strides);
 #if VITDDP_WITH_CUDA
-  cuda::matmul_backward(a, b_shape, dc, Tensor(), db, 1, m, k, n, false);
+  cuda::matmul_backward(a, b_shape, dc, Tensor(), db, batch, m, k, n, false, strides);
 #endif
 }
-void product_a_bt(const Tensor& a_shape, const Tensor& b, const Tensor& dc, const Tensor& da, int64_t m, int64_t k,
-                  int64_t n) {
-  if (b.device().is_cpu()) return cpu::matmul_backward(a_shape, b, dc, da, Tensor(), 1, m, k, n, false);
+void product_a_bt(const Tensor& a_shape, const Tensor& b, const Tensor& dc, const Tensor& da, int64_t batch, int64_t m,
+                  int64_t k, int64_t n, const MatmulStrides& strides) {
+  if (b.device().is_cpu()) return cpu::matmul_backward(a_shape, b, dc, da, Tensor(), batch, m, k, n, false, strides);
 #if VITDDP_WITH_CUDA
-  cuda::matmul_backward(a_shape, b, dc, da, Tensor(), 1, m, k, n, false);
+  cuda::matmul_backward(a_shape, b, dc, da, Tensor(), batch, m, k, n, false, strides);
 #endif
 }
 
@@ -89,14 +94,22 @@ Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& shape) {
   return flat.as_strided(shape, contiguous_strides(shape), flat.storage_offset() + offset);
 }
 
-// How one bucket splits into compressed matrices and uncompressed tensors.
+// How one bucket splits into compressed matrices and uncompressed tensors. Matrices of one
+// shape that sit at a fixed distance in the bucket (the same weight of consecutive layers) form
+// a group: its P and Q blocks are back to back, and each of the hook's three products is one
+// strided-batched launch per group instead of one per matrix.
 struct Plan {
   struct Matrix {
     size_t tensor;            // index into the bucket's tensors
     int64_t n, m;             // rows, columns
     int64_t p_offset, q_offset;
   };
-  std::vector<Matrix> matrices;
+  struct Group {
+    size_t first = 0, count = 0;  // matrices[first, first + count)
+    int64_t stride = 0;           // elements between consecutive matrices in the bucket
+  };
+  std::vector<Matrix> matrices;   // in group order
+  std::vector<Group> groups;
   std::vector<size_t> uncompressed;
   int64_t p_numel = 0, q_numel = 0, uncompressed_numel = 0;
   MatrixBatch p_batch;
@@ -120,11 +133,36 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
       plan.uncompressed_numel += numel;
       continue;
     }
-    plan.matrices.push_back({t, n, m, plan.p_numel, plan.q_numel});
+    plan.matrices.push_back({t, n, m, 0, 0});
+  }
+  // Group: per shape, in bucket order, runs of matrices at a constant distance.
+  std::vector<Plan::Matrix> by_shape = plan.matrices;
+  std::stable_sort(by_shape.begin(), by_shape.end(), [](const Plan::Matrix& a, const Plan::Matrix& b) {
+    return std::make_pair(a.n, a.m) < std::make_pair(b.n, b.m);
+  });
+  plan.matrices.clear();
+  for (size_t i = 0; i < by_shape.size();) {
+    Plan::Group g{plan.matrices.size(), 1, by_shape[i].n * by_shape[i].m};
+    plan.matrices.push_back(by_shape[i]);
+    size_t j = i + 1;
+    for (; j < by_shape.size() && by_shape[j].n == by_shape[i].n && by_shape[j].m == by_shape[i].m; ++j) {
+      const int64_t gap = bucket.offsets[by_shape[j].tensor] - bucket.offsets[by_shape[j - 1].tensor];
+      if (g.count == 1) g.stride = gap;
+      if (gap != g.stride || gap < by_shape[j].n * by_shape[j].m) break;
+      plan.matrices.push_back(by_shape[j]);
+      ++g.count;
+    }
+    if (g.count == 1) g.stride = by_shape[i].n * by_shape[i].m;
+    plan.groups.push_back(g);
+    i = j;
+  }
+  for (Plan::Matrix& mx : plan.matrices) {  // P and Q blocks in group order: back to back per group
+    mx.p_offset = plan.p_numel;
+    mx.q_offset = plan.q_numel;
     plan.p_batch.offsets.push_back(plan.p_numel);
-    plan.p_batch.rows.push_back(n);
-    plan.p_numel += n * o.rank;
-    plan.q_numel += m * o.rank;
+    plan.p_batch.rows.push_back(mx.n);
+    plan.p_numel += mx.n * o.rank;
+    plan.q_numel += mx.m * o.rank;
   }
   return plan;
 }
@@ -204,11 +242,13 @@ class PowerSgdWork final : public Work {
     NvtxRange range(nvtx_decompress_name(p_.bucket.index), NvtxColor::kCompress);
     // Q holds the sum over ranks: M ~ P (Q / world)^T.
     add_inplace(p_.q, p_.q, 1.0 / p_.world - 1.0);
-    for (const Plan::Matrix& mx : p_.plan.matrices) {
+    for (const Plan::Group& g : p_.plan.groups) {
+      const Plan::Matrix& mx = p_.plan.matrices[g.first];
       Tensor m = slice_of(p_.work, p_.bucket.offsets[mx.tensor], {mx.n, mx.m});
       Tensor pk = slice_of(p_.p, mx.p_offset, {mx.n, p_.rank});
       Tensor qk = slice_of(p_.q, mx.q_offset, {mx.m, p_.rank});
-      product_a_bt(m, qk, pk, m, mx.n, mx.m, p_.rank);
+      product_a_bt(m, qk, pk, m, static_cast<int64_t>(g.count), mx.n, mx.m, p_.rank,
+                   MatmulStrides{g.stride, mx.m * p_.rank, mx.n * p_.rank});
     }
     int64_t at = 0;
     for (size_t t : p_.plan.uncompressed) {
@@ -305,16 +345,20 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.q = options_.warm_start ? st.q.clone() : initial_q();
   parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
   const int64_t r = options_.rank;
-  for (const Plan::Matrix& mx : parts.plan.matrices) {
+  for (const Plan::Group& g : parts.plan.groups) {  // P = M Q
+    const Plan::Matrix& mx = parts.plan.matrices[g.first];
     Tensor m = slice_of(parts.work, bucket.offsets[mx.tensor], {mx.n, mx.m});
-    product(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}), mx.n, mx.m, r);
+    product(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
+            static_cast<int64_t>(g.count), mx.n, mx.m, r, MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
   group.allreduce(parts.p, ReduceOp::kSum)->wait();
   orthogonalize(parts.p, parts.plan.p_batch);
-  for (const Plan::Matrix& mx : parts.plan.matrices) {
+  for (const Plan::Group& g : parts.plan.groups) {  // Q = M^T P
+    const Plan::Matrix& mx = parts.plan.matrices[g.first];
     Tensor m = slice_of(parts.work, bucket.offsets[mx.tensor], {mx.n, mx.m});
     product_at_b(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
-                 slice_of(parts.q, mx.q_offset, {mx.m, r}), mx.n, mx.m, r);
+                 slice_of(parts.q, mx.q_offset, {mx.m, r}), static_cast<int64_t>(g.count), mx.n, mx.m, r,
+                 MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
   parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
   return std::make_shared<PowerSgdWork>(std::move(parts));

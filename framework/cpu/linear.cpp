@@ -47,7 +47,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
 }
 
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K,
-                    int64_t N, bool b_shared) {
+                    int64_t N, bool b_shared, const MatmulStrides& strides) {
   dispatch_float(a.dtype(), "matmul", [&](auto zero) {
     using T = decltype(zero);
     if (b_shared) {  // one GEMM over all batch rows
@@ -55,14 +55,15 @@ void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t b
           ConstMatMap<T>(a.data<T>(), batch * M, K) * ConstMatMap<T>(b.data<T>(), K, N);
       return;
     }
+    const int64_t sa = strides.a_or(M * K), sb = strides.b_or(K * N), sc = strides.c_or(M * N);
     for (int64_t i = 0; i < batch; ++i)
-      MatMap<T>(c.data<T>() + i * M * N, M, N).noalias() =
-          ConstMatMap<T>(a.data<T>() + i * M * K, M, K) * ConstMatMap<T>(b.data<T>() + i * K * N, K, N);
+      MatMap<T>(c.data<T>() + i * sc, M, N).noalias() =
+          ConstMatMap<T>(a.data<T>() + i * sa, M, K) * ConstMatMap<T>(b.data<T>() + i * sb, K, N);
   });
 }
 
 void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const Tensor& da, const Tensor& db,
-                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared) {
+                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared, const MatmulStrides& strides) {
   dispatch_float(a.dtype(), "matmul backward", [&](auto zero) {
     using T = decltype(zero);
     if (b_shared) {
@@ -73,14 +74,13 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const T
         MatMap<T>(db.data<T>(), K, N).noalias() = ConstMatMap<T>(a.data<T>(), batch * M, K).transpose() * DC;
       return;
     }
+    const int64_t sa = strides.a_or(M * K), sb = strides.b_or(K * N), sc = strides.c_or(M * N);
     for (int64_t i = 0; i < batch; ++i) {
-      ConstMatMap<T> DC(dc.data<T>() + i * M * N, M, N);
+      ConstMatMap<T> DC(dc.data<T>() + i * sc, M, N);
       if (da.defined())
-        MatMap<T>(da.data<T>() + i * M * K, M, K).noalias() =
-            DC * ConstMatMap<T>(b.data<T>() + i * K * N, K, N).transpose();
+        MatMap<T>(da.data<T>() + i * sa, M, K).noalias() = DC * ConstMatMap<T>(b.data<T>() + i * sb, K, N).transpose();
       if (db.defined())
-        MatMap<T>(db.data<T>() + i * K * N, K, N).noalias() =
-            ConstMatMap<T>(a.data<T>() + i * M * K, M, K).transpose() * DC;
+        MatMap<T>(db.data<T>() + i * sb, K, N).noalias() = ConstMatMap<T>(a.data<T>() + i * sa, M, K).transpose() * DC;
     }
   });
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "framework/autograd/node.h"
+#include "framework/core/matmul_strides.h"
 #include "framework/core/tensor.h"
 
 namespace vitddp::cpu {
@@ -18,10 +19,11 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
     GradWrite weight_grads = GradWrite::kOverwrite);
 
 // c[i] (M, N) = a[i] (M, K) @ b[i] (K, N) for i < batch; with b_shared, b is one (K, N) matrix.
+// `strides` place the batch entries (not with b_shared); see framework/core/matmul_strides.h.
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K,
-                    int64_t N, bool b_shared);
+                    int64_t N, bool b_shared, const MatmulStrides& strides = {});
 // da = dc @ b^T, db = a^T @ dc (summed over the batch when b_shared); either may be undefined.
 void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const Tensor& da, const Tensor& db,
-                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared);
+                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared, const MatmulStrides& strides = {});
 
 }  // namespace vitddp::cpu

@@ -67,7 +67,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
 }
 
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K, int64_t N,
-                    bool b_shared) {
+                    bool b_shared, const MatmulStrides& strides) {
   // C (M, N) = A (M, K) B (K, N)  ->  col-major C^T = B^T A^T; a shared B folds the batch into M.
   GemmArgs g;
   g.m = N;
@@ -82,15 +82,15 @@ void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t b
   g.dtype = a.dtype();
   if (!b_shared) {
     g.batch = batch;
-    g.stride_a = K * N;
-    g.stride_b = M * K;
-    g.stride_c = M * N;
+    g.stride_a = strides.b_or(K * N);  // column-major operands are swapped: g.a is b
+    g.stride_b = strides.a_or(M * K);
+    g.stride_c = strides.c_or(M * N);
   }
   gemm(g, current_stream());
 }
 
 void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const Tensor& da, const Tensor& db,
-                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared) {
+                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared, const MatmulStrides& strides) {
   if (da.defined()) {  // dA (M, K) = dC (M, N) B^T  ->  col-major dA^T = B dC^T
     GemmArgs g;
     g.trans_a = true;
@@ -106,9 +106,9 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const T
     g.dtype = a.dtype();
     if (!b_shared) {
       g.batch = batch;
-      g.stride_a = K * N;
-      g.stride_b = M * N;
-      g.stride_c = M * K;
+      g.stride_a = strides.b_or(K * N);  // g.a is b, g.b is dc, g.c is da
+      g.stride_b = strides.c_or(M * N);
+      g.stride_c = strides.a_or(M * K);
     }
     gemm(g, current_stream());
   }
@@ -127,9 +127,9 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const T
     g.dtype = a.dtype();
     if (!b_shared) {
       g.batch = batch;
-      g.stride_a = M * N;
-      g.stride_b = M * K;
-      g.stride_c = K * N;
+      g.stride_a = strides.c_or(M * N);  // g.a is dc, g.b is a, g.c is db
+      g.stride_b = strides.a_or(M * K);
+      g.stride_c = strides.b_or(K * N);
     }
     gemm(g, current_stream());
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "framework/autograd/node.h"
+#include "framework/core/matmul_strides.h"
 #include "framework/core/tensor.h"
 
 namespace vitddp::cuda {
@@ -13,8 +14,8 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
                      const Tensor& db,
     GradWrite weight_grads = GradWrite::kOverwrite);
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K, int64_t N,
-                    bool b_shared);
+                    bool b_shared, const MatmulStrides& strides = {});
 void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const Tensor& da, const Tensor& db,
-                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared);
+                     int64_t batch, int64_t M, int64_t K, int64_t N, bool b_shared, const MatmulStrides& strides = {});
 
 }  // namespace vitddp::cuda

@@ -88,3 +88,42 @@ TEST(PowerSgd, SameStartingQOnEveryRank) {
 
 }  // namespace
 }  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// Same-shape matrices a fixed distance apart (a weight of consecutive layers) are multiplied in
+// one strided-batched product; the numbers must be those of one product per matrix. Bucket A
+// keeps its three 6x4 matrices 29 elements apart (one group of 3); bucket B puts a longer bias
+// between the second and the third (groups of 2 and 1). With the same matrices and the same
+// starting Q, rank-1 compression must send the same approximations.
+TEST(PowerSgd, BatchedProductsOfSameShapeMatricesMatchOneByOne) {
+  Generator gen(5);
+  std::vector<Shape> grouped = {{6, 4}, {5}, {6, 4}, {5}, {6, 4}};
+  std::vector<Shape> split = {{6, 4}, {5}, {6, 4}, {7}, {6, 4}};
+  GradBucket a = make_bucket(gen, grouped);
+  GradBucket b = make_bucket(gen, split);
+  // The same three matrices in both buckets.
+  for (size_t t : {size_t{0}, size_t{2}, size_t{4}}) {
+    Tensor src = a.buffer.as_strided({24}, {1}, a.buffer.storage_offset() + a.offsets[t]);
+    b.buffer.as_strided({24}, {1}, b.buffer.storage_offset() + b.offsets[t]).copy_(src);
+  }
+  testing::FakeGroup group;
+  PowerSgdHook ha(PowerSgdOptions{1, 0, 0.0, true, true, 11}), hb(PowerSgdOptions{1, 0, 0.0, true, true, 11});
+  for (int step = 0; step < 2; ++step) {  // the second step uses the warm-started Q and the error
+    ha.run(group, a)->wait();
+    hb.run(group, b)->wait();
+    for (size_t t : {size_t{0}, size_t{2}, size_t{4}}) {
+      std::vector<double> x = a.buffer.as_strided({24}, {1}, a.buffer.storage_offset() + a.offsets[t]).to_vector();
+      std::vector<double> y = b.buffer.as_strided({24}, {1}, b.buffer.storage_offset() + b.offsets[t]).to_vector();
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-6) << "step " << step << " tensor " << t;
+      double moved = 0;
+      for (double v : x) moved += std::abs(v);
+      EXPECT_GT(moved, 1e-3);
+    }
+    EXPECT_EQ(ha.state().buckets.at(0).q.numel(), 3 * 4);  // Q: one 4x1 block per matrix
+  }
+}
+
+}  // namespace
+}  // namespace vitddp

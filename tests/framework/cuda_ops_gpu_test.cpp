@@ -6,7 +6,9 @@
 #include <cstdlib>
 
 #include "common/gpu.h"
+#include "framework/cpu/linear.h"
 #include "framework/cuda/context.h"
+#include "framework/cuda/linear.h"
 #include "framework/ops/ops.h"
 
 namespace vitddp {
@@ -63,6 +65,29 @@ TEST_P(CudaOps, LinearWithSmCarveout) {
     EXPECT_TRUE(matches(fn, {input({8, 50, 256}, gen_), input({384, 256}, gen_), input({384}, gen_)})) << sms;
   }
   cuda::set_gemm_sm_carveout(0);
+}
+
+// Strided batches (MatmulStrides, as PowerSGD uses them) on the GPU against the CPU's.
+TEST(CudaMatmulStrides, StridedBatchesMatchTheCpu) {
+  VITDDP_REQUIRE_GPU();
+  cuda::set_matmul_precision(cuda::MatmulPrecision::kFp32);
+  Generator gen(22);
+  const int64_t batch = 4, M = 33, K = 17, N = 3;
+  const MatmulStrides st{M * K + 9, K * N + 2, M * N + 4};
+  Tensor a = random_tensor({batch * st.a}, gen, DType::kF32), b = random_tensor({batch * st.b}, gen, DType::kF32),
+         dc = random_tensor({batch * st.c}, gen, DType::kF32);
+  Tensor c = Tensor::zeros({batch * st.c}, DType::kF32), da = Tensor::zeros({batch * st.a}, DType::kF32),
+         db = Tensor::zeros({batch * st.b}, DType::kF32);
+  cpu::matmul_forward(a, b, c, batch, M, K, N, false, st);
+  cpu::matmul_backward(a, b, dc, da, db, batch, M, K, N, false, st);
+  const Device g = Device::cuda(0);
+  Tensor gc = Tensor::zeros({batch * st.c}, DType::kF32, g), gda = Tensor::zeros({batch * st.a}, DType::kF32, g),
+         gdb = Tensor::zeros({batch * st.b}, DType::kF32, g);
+  cuda::matmul_forward(a.to(g), b.to(g), gc, batch, M, K, N, false, st);
+  cuda::matmul_backward(a.to(g), b.to(g), dc.to(g), gda, gdb, batch, M, K, N, false, st);
+  EXPECT_LT(testing::max_abs_diff(gc.to(Device::cpu()), c), 1e-4);
+  EXPECT_LT(testing::max_abs_diff(gda.to(Device::cpu()), da), 1e-4);
+  EXPECT_LT(testing::max_abs_diff(gdb.to(Device::cpu()), db), 1e-4);
 }
 
 TEST_P(CudaOps, Matmul) {
