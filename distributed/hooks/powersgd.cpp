@@ -1,6 +1,7 @@
 #include "distributed/hooks/powersgd.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include <cmath>
@@ -111,6 +112,13 @@ struct Plan {
   std::vector<Matrix> matrices;   // in group order
   std::vector<Group> groups;
   std::vector<size_t> uncompressed;
+  // The uncompressed tensors as runs of the bucket that lie back to back (a layer norm's weight
+  // and bias, the next bias: alignment padding between them, always zero, goes along), copied
+  // to and from the flat all-reduce buffer one run at a time.
+  struct Run {
+    int64_t offset = 0, numel = 0;  // in the bucket
+  };
+  std::vector<Run> runs;
   int64_t p_numel = 0, q_numel = 0, uncompressed_numel = 0;
   MatrixBatch p_batch;
 };
@@ -135,6 +143,23 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
     }
     plan.matrices.push_back({t, n, m, 0, 0});
   }
+  size_t previous = SIZE_MAX;
+  for (size_t t : plan.uncompressed) {
+    const int64_t at = bucket.offsets[t], numel = shape_numel(bucket.shapes[t]);
+    if (!plan.runs.empty() && t == previous + 1) {  // neighbours: only padding between them
+      Plan::Run& last = plan.runs.back();
+      const int64_t gap = at - (last.offset + last.numel);
+      if (gap >= 0 && gap < 16) {  // the arena's alignment padding at most
+        last.numel += gap + numel;
+        previous = t;
+        continue;
+      }
+    }
+    plan.runs.push_back({at, numel});
+    previous = t;
+  }
+  plan.uncompressed_numel = 0;
+  for (const Plan::Run& run : plan.runs) plan.uncompressed_numel += run.numel;
   // Group: per shape, in bucket order, runs of matrices at a constant distance.
   std::vector<Plan::Matrix> by_shape = plan.matrices;
   std::stable_sort(by_shape.begin(), by_shape.end(), [](const Plan::Matrix& a, const Plan::Matrix& b) {
@@ -251,10 +276,9 @@ class PowerSgdWork final : public Work {
                    MatmulStrides{g.stride, mx.m * p_.rank, mx.n * p_.rank});
     }
     int64_t at = 0;
-    for (size_t t : p_.plan.uncompressed) {
-      const int64_t numel = shape_numel(p_.bucket.shapes[t]);
-      slice_of(p_.work, p_.bucket.offsets[t], {numel}).copy_(slice_of(p_.flat, at, {numel}));
-      at += numel;
+    for (const Plan::Run& run : p_.plan.runs) {
+      slice_of(p_.work, run.offset, {run.numel}).copy_(slice_of(p_.flat, at, {run.numel}));
+      at += run.numel;
     }
     PowerSgdHook::Staged& staged = *p_.staged;
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
@@ -318,10 +342,9 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   if (parts.plan.uncompressed_numel > 0) {
     parts.flat = Tensor::empty({parts.plan.uncompressed_numel}, DType::kF32, device);
     int64_t at = 0;
-    for (size_t t : parts.plan.uncompressed) {
-      const int64_t numel = shape_numel(bucket.shapes[t]);
-      slice_of(parts.flat, at, {numel}).copy_(slice_of(parts.work, bucket.offsets[t], {numel}));
-      at += numel;
+    for (const Plan::Run& run : parts.plan.runs) {
+      slice_of(parts.flat, at, {run.numel}).copy_(slice_of(parts.work, run.offset, {run.numel}));
+      at += run.numel;
     }
     parts.flat_work = group.allreduce(parts.flat, ReduceOp::kAvg);
   }

@@ -127,3 +127,26 @@ TEST(PowerSgd, BatchedProductsOfSameShapeMatricesMatchOneByOne) {
 
 }  // namespace
 }  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// Neighbouring 1-D tensors travel as one run of the bucket (here the first two); each still
+// gets the plain average, and the matrix between the runs its approximation, not the average.
+TEST(PowerSgd, NeighbouringUncompressedTensorsAreAveragedAsOneRun) {
+  Generator gen(6);
+  GradBucket b = make_bucket(gen, {{5}, {3}, {8, 12}, {4}});
+  const std::vector<double> input = b.buffer.to_vector();
+  testing::FakeGroup group;
+  PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 13});
+  hook.run(group, b)->wait();
+  const std::vector<double> sent = b.buffer.to_vector();
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(sent[i], 1.5 * input[i], 1e-6) << i;
+  for (size_t i = 8 + 96; i < input.size(); ++i) EXPECT_NEAR(sent[i], 1.5 * input[i], 1e-6) << i;
+  double off = 0;  // the 8x12 matrix was compressed (rank 1 of a random matrix is not its average)
+  for (size_t i = 8; i < 8 + 96; ++i) off += std::abs(sent[i] - 1.5 * input[i]);
+  EXPECT_GT(off, 1e-2);
+}
+
+}  // namespace
+}  // namespace vitddp
