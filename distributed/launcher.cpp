@@ -179,4 +179,18 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   return first_failure;
 }
 
+std::optional<int> launch_if_needed(int processes, const std::string& flag, int argc, char** argv,
+                                    const RankEnvironment& env, std::ostream& log) {
+  if (!env.distributed && processes > 1) {
+    LaunchOptions launch;
+    launch.processes = processes;
+    launch.argv.assign(argv, argv + argc);
+    return launch_workers(launch, log);
+  }
+  if (env.distributed && processes > 0)
+    VITDDP_CHECK(env.local_rank < processes, flag, " ", processes, " per machine, but this rank's local rank is ",
+                 env.local_rank, " (", env.source, " variables)");
+  return std::nullopt;
+}
+
 }  // namespace vitddp

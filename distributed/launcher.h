@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,12 @@ struct LaunchOptions {
 // Runs the workers to completion. Returns 0 when all exit 0; otherwise the first failed
 // worker's exit code (128 + signal when killed), after printing one line naming it.
 int launch_workers(const LaunchOptions& options, std::ostream& log);
+
+// For a command that runs once per rank (`train`, `train bench allreduce`): without a rank
+// environment and with more than one process asked for (`flag` is "--gpus" or "--procs"), starts
+// the workers with this command line and returns their exit code. Under a launcher it checks
+// that the local rank is below `processes` (per machine). nullopt: this process does the work.
+std::optional<int> launch_if_needed(int processes, const std::string& flag, int argc, char** argv,
+                                    const RankEnvironment& env, std::ostream& log);
 
 }  // namespace vitddp

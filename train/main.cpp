@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "distributed/launcher.h"
@@ -30,18 +31,12 @@ int main(int argc, char** argv) {
     if (!config.trace.empty()) check_trace_path(config.trace);  // before anything runs
     RankEnvironment env = read_rank_environment();
     const int processes = std::max(config.gpus, config.procs);
-    if (!env.distributed && processes > 1) {
-      // The launcher: the same command line, once per rank. See distributed/launcher.h.
-      if (config.gpus > 1) resolve_run(config, env, std::cout);  // fail here, once, if the GPUs are missing
-      LaunchOptions launch;
-      launch.processes = processes;
-      launch.argv.assign(argv, argv + argc);
-      return launch_workers(launch, std::cerr);
-    }
-    // Under a launcher, --gpus / --procs count the processes per machine.
-    if (env.distributed && processes > 0)
-      VITDDP_CHECK(env.local_rank < processes, "--", config.gpus > 0 ? "gpus " : "procs ", processes,
-                   " per machine, but this rank's local rank is ", env.local_rank, " (", env.source, " variables)");
+    // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
+    if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
+    // The launcher (the same command line once per rank), or a check of this rank's place.
+    if (std::optional<int> code =
+            launch_if_needed(processes, config.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))
+      return *code;
     RunResult result = run_training(config, env, std::cout);
     if (config.json && env.rank == 0) std::cout << result.to_json(config).dump() << std::endl;
     return kExitOk;

@@ -491,17 +491,10 @@ int run_bench_allreduce(int argc, char** argv) {
     std::ofstream probe(flags.out, std::ios::app);
     VITDDP_CHECK(probe.good(), "--out: cannot write '", flags.out, "': ", std::strerror(errno));
   }
-  if (!env.distributed && processes > 1) {
-    // The launcher: this command line once per rank. See distributed/launcher.h.
-    if (flags.gpus > 0) check_gpus(flags.gpus, 0);
-    LaunchOptions launch;
-    launch.processes = processes;
-    launch.argv.assign(argv, argv + argc);
-    return launch_workers(launch, std::cerr);
-  }
-  if (env.distributed && processes > 0)
-    VITDDP_CHECK(env.local_rank < processes, "--", flags.gpus > 0 ? "gpus " : "procs ", processes,
-                 " per machine, but this rank's local rank is ", env.local_rank, " (", env.source, " variables)");
+  if (!env.distributed && processes > 1 && flags.gpus > 0) check_gpus(flags.gpus, 0);
+  if (std::optional<int> code =
+          launch_if_needed(processes, flags.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))
+    return *code;
 
   // Without --gpus or --procs: the GPU of this rank when one is visible, else the CPU.
   const bool on_gpu = flags.gpus > 0 || (flags.procs == 0 && visible_gpu_count() > 0 && has_nccl_backend());
