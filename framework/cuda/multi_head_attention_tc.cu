@@ -4,7 +4,8 @@
 // [16w, 16w + 16). Products are mma.sync m16n8k16 with fp32 accumulators, fed by ldmatrix;
 // softmax is fp32 in registers with keys >= N masked to probability 0, and P (and dS) are
 // rounded to the input type only where they feed a product. Rows >= N are never written.
-// Backward recomputes P from q and k, as the SIMT kernels do.
+// Backward recomputes P from q and k, as the SIMT kernels do. f32 tensors (TF32 products) have
+// their own pair of kernels, m16n8k8, in the section "f32 inputs, TF32 products".
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16"): with g = lane / 4 and c = lane % 4, an f32
 // accumulator of one 16 x 8 tile holds (g, 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1);
@@ -213,14 +214,9 @@ __device__ __forceinline__ void store_rows(const T* tile, int row0, int n, T* __
 
 // ---------------------------------------------------------------- kernels
 
-// p = softmax(scale * q k^T) for the warp's rows [row0, row0 + 16), fp32; keys >= n get 0.
-// scale_log2 = scale * log2(e).
-template <typename T>
-__device__ __forceinline__ void attention_probs(const T* q, const T* k, int n, int row0, float scale_log2, Acc& p) {
-  zero(p);
-  warp_product<T>(
-      p, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, q, row0, 16 * kc); },
-      [&](uint32_t(&b)[4], int kc, int np) { load_b(b, k, 16 * np, 16 * kc); });
+// In place, a warp's scores (accumulator layout) become softmax(scale * scores) row by row,
+// fp32; keys >= n get 0. scale_log2 = scale * log2(e).
+__device__ __forceinline__ void softmax_rows(Acc& p, int n, float scale_log2) {
   const int c = threadIdx.x % 4;
   float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8
 #pragma unroll
@@ -253,6 +249,17 @@ __device__ __forceinline__ void attention_probs(const T* q, const T* k, int n, i
   for (int t = 0; t < 8; ++t)
 #pragma unroll
     for (int e = 0; e < 4; ++e) p[t][e] *= sum[e / 2];
+}
+
+// p = softmax(scale * q k^T) for the warp's rows [row0, row0 + 16), fp32; keys >= n get 0.
+// scale_log2 = scale * log2(e).
+template <typename T>
+__device__ __forceinline__ void attention_probs(const T* q, const T* k, int n, int row0, float scale_log2, Acc& p) {
+  zero(p);
+  warp_product<T>(
+      p, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, q, row0, 16 * kc); },
+      [&](uint32_t(&b)[4], int kc, int np) { load_b(b, k, 16 * np, 16 * kc); });
+  softmax_rows(p, n, scale_log2);
 }
 
 // O = softmax(scale q k^T) v; grid B * H, kTcBlock threads.
@@ -362,6 +369,278 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __re
   }
 }
 
+// ---------------------------------------------------------------- f32 inputs, TF32 products
+// The same two kernels for f32 tensors when f32 products may run as TF32 (see Note
+// [Tensor-core attention]): mma.sync m16n8k8 .tf32 with fp32 accumulators. Tiles hold f32,
+// rounded to TF32 (cvt.rna) as they are loaded, and P and dS as they are stored; fragments are
+// read with plain 32-bit shared loads (ldmatrix moves 16-bit pairs).
+//
+// Fragment layouts (PTX ISA, "mma.m16n8k8" .tf32): with g = lane / 4 and c = lane % 4, A (16 x 8)
+// holds (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); B (8 x 8) holds (c, g), (c + 4, g); the
+// accumulator is that of m16n8k16. A product sums over k, so any permutation of k applied to A
+// and B alike gives the same result: all fragments here take k = 2c where the ISA has c and
+// k = 2c + 1 where it has c + 4. Then a lane's A elements of one row are adjacent (one 64-bit
+// load), and one 16 x 8 accumulator tile, which holds columns 2c and 2c + 1, is an A fragment as
+// it stands (P feeds P V from registers).
+namespace tf32 {
+
+constexpr int kStride = kTile + 8;  // floats per shared row (288 bytes): the 64-bit loads of a
+                                    // half-warp, rows g < 4, columns 2c, hit distinct banks
+constexpr int kTileElems = kTile * kStride;
+constexpr int kVec = 4;             // floats per 16-byte vector
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(to_tf32(x)); }
+__device__ __forceinline__ uint32_t bits(float x) { return __float_as_uint(x); }
+
+// c (16 x 8, f32) += a (16 x 8) b (8 x 8), TF32 operands.
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Fragments from row-major (kTile, kStride) float tiles already rounded to TF32; k as permuted
+// above (the lane's two k are k0 + 2c and k0 + 2c + 1).
+
+// A (16 x 8) = tile[r0 .. r0 + 16)[k0 .. k0 + 8).
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* tile, int r0, int k0) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+  const float2 top = *reinterpret_cast<const float2*>(tile + (r0 + g) * kStride + k0 + 2 * c);
+  const float2 bottom = *reinterpret_cast<const float2*>(tile + (r0 + g + 8) * kStride + k0 + 2 * c);
+  a[0] = bits(top.x);
+  a[1] = bits(bottom.x);
+  a[2] = bits(top.y);
+  a[3] = bits(bottom.y);
+}
+
+// A (16 x 8) with A[m][k] = tile[k0 + k][m0 + m].
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const float* tile, int k0, int m0) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+  const float* p = tile + (k0 + 2 * c) * kStride + m0 + g;
+  a[0] = bits(p[0]);
+  a[1] = bits(p[8]);
+  a[2] = bits(p[kStride]);
+  a[3] = bits(p[kStride + 8]);
+}
+
+// B (8 x 8) with B[k][n] = tile[n0 + n][k0 + k] (the tile holds B^T, as K does for Q K^T).
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const float* tile, int n0, int k0) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+  const float2 v = *reinterpret_cast<const float2*>(tile + (n0 + g) * kStride + k0 + 2 * c);
+  b[0] = bits(v.x);
+  b[1] = bits(v.y);
+}
+
+// B (8 x 8) with B[k][n] = tile[k0 + k][n0 + n] (the tile holds B, as V does for P V).
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[2], const float* tile, int k0, int n0) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+  const float* p = tile + (k0 + 2 * c) * kStride + n0 + g;
+  b[0] = bits(p[0]);
+  b[1] = bits(p[kStride]);
+}
+
+// The A fragment of columns [8 kc, 8 kc + 8) of a warp's accumulators, rounded to TF32.
+__device__ __forceinline__ void a_from_acc(uint32_t (&a)[4], const Acc& acc, int kc) {
+  a[0] = to_tf32(acc[kc][0]);
+  a[1] = to_tf32(acc[kc][2]);
+  a[2] = to_tf32(acc[kc][1]);
+  a[3] = to_tf32(acc[kc][3]);
+}
+
+// acc (16 x 64) += A (16 x 64) B (64 x 64), skipping the 8-wide chunks of k at or beyond k_limit
+// and of n at or beyond n_limit. load_a_chunk(a, kc): A of k chunk kc; load_b_tile(b, kc, nt):
+// B of k chunk kc, n-tile nt.
+template <typename LoadA, typename LoadB>
+__device__ __forceinline__ void warp_product(Acc& acc, int k_limit, int n_limit, LoadA&& load_a_chunk,
+                                             LoadB&& load_b_tile) {
+#pragma unroll
+  for (int kc = 0; kc < kTile / 8; ++kc) {
+    if (8 * kc < k_limit) {
+      uint32_t a[4];
+      load_a_chunk(a, kc);
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        if (8 * nt < n_limit) {
+          uint32_t b[2];
+          load_b_tile(b, kc, nt);
+          mma(acc[nt], a, b[0], b[1]);
+        }
+      }
+    }
+  }
+}
+
+// Writes a warp's accumulators to rows [row0, row0 + 16) of a tile, rounded to TF32 if kRound
+// (operands of a later product) or as they are (outputs).
+template <bool kRound>
+__device__ __forceinline__ void store_acc(const Acc& acc, float* tile, int row0) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    float* p = tile + (row0 + g) * kStride + 8 * t + 2 * c;
+    float2 top = make_float2(acc[t][0], acc[t][1]), bottom = make_float2(acc[t][2], acc[t][3]);
+    if (kRound) {
+      top = make_float2(round_tf32(top.x), round_tf32(top.y));
+      bottom = make_float2(round_tf32(bottom.x), round_tf32(bottom.y));
+    }
+    *reinterpret_cast<float2*>(p) = top;
+    *reinterpret_cast<float2*>(p + 8 * kStride) = bottom;
+  }
+}
+
+// As the 16-bit load_tiles, for f32, each element rounded to TF32.
+template <int kCount>
+__device__ __forceinline__ void load_tiles(const float* __restrict__ src, int64_t ld, int64_t slice_stride, int n,
+                                           float* tiles) {
+  constexpr int kVecsPerTile = kTile * kTile / kVec;
+  static_assert(kCount * kVecsPerTile % kTcBlock == 0, "whole rounds");
+#pragma unroll 4
+  for (int it = 0; it < kCount * kVecsPerTile / kTcBlock; ++it) {
+    const int idx = threadIdx.x + it * kTcBlock;
+    const int s = idx / kVecsPerTile, r = (idx / (kTile / kVec)) % kTile, c = (idx % (kTile / kVec)) * kVec;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < n) {
+      v = *reinterpret_cast<const float4*>(src + r * ld + s * slice_stride + c);
+      v = make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+    }
+    *reinterpret_cast<float4*>(tiles + s * kTileElems + r * kStride + c) = v;
+  }
+}
+
+// Copies the valid rows of [row0, row0 + 16) of a tile to dst (row stride ld); one warp.
+__device__ __forceinline__ void store_rows(const float* tile, int row0, int n, float* __restrict__ dst, int64_t ld) {
+  const int l = threadIdx.x % 32;
+#pragma unroll
+  for (int it = 0; it < 16 * (kTile / kVec) / 32; ++it) {
+    const int idx = l + 32 * it;
+    const int r = row0 + idx / (kTile / kVec), c = (idx % (kTile / kVec)) * kVec;
+    if (r < n)
+      *reinterpret_cast<float4*>(dst + r * ld + c) = *reinterpret_cast<const float4*>(tile + r * kStride + c);
+  }
+}
+
+__device__ __forceinline__ void attention_probs(const float* q, const float* k, int n, int row0, float scale_log2,
+                                                Acc& p) {
+  zero(p);
+  warp_product(
+      p, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, q, row0, 8 * kc); },
+      [&](uint32_t(&b)[2], int kc, int nt) { load_b(b, k, 8 * nt, 8 * kc); });
+  softmax_rows(p, n, scale_log2);
+}
+
+// As mha_forward_tc_kernel.
+__global__ void __launch_bounds__(kTcBlock) mha_forward_kernel(const float* __restrict__ qkv,
+                                                                float* __restrict__ out, int n, int heads,
+                                                                float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* q = reinterpret_cast<float*>(smem);  // (64, kStride) each: q, k, v
+  float* k = q + kTileElems;
+  float* v = k + kTileElems;
+  const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
+  load_tiles<kForwardTiles>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
+  __syncthreads();
+  const int row0 = 16 * (threadIdx.x / 32);
+  if (row0 >= n) return;  // only padding rows; no block barrier follows
+  Acc p, o;
+  attention_probs(q, k, n, row0, scale_log2, p);
+  zero(o);
+  warp_product(
+      o, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc(a, p, kc); },
+      [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, v, 8 * kc, 8 * nt); });
+  __syncwarp();
+  store_acc<false>(o, q, row0);  // staged in this warp's own q rows
+  __syncwarp();
+  store_rows(q, row0, n, out + b * n * dim + h * kTile, dim);
+}
+
+// As mha_backward_tc_kernel.
+__global__ void __launch_bounds__(kTcBlock) mha_backward_kernel(const float* __restrict__ qkv,
+                                                                 const float* __restrict__ dout,
+                                                                 float* __restrict__ dqkv, int n, int heads,
+                                                                 float scale, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* q = reinterpret_cast<float*>(smem);  // (64, kStride) each: q, k, v, dO, P, dS
+  float* k = q + kTileElems;
+  float* v = k + kTileElems;
+  float* dO = v + kTileElems;
+  float* p_tile = dO + kTileElems;
+  float* ds_tile = p_tile + kTileElems;
+  const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
+  load_tiles<3>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
+  load_tiles<1>(dout + b * n * dim + h * kTile, dim, 0, n, dO);
+  __syncthreads();
+
+  const int l = threadIdx.x % 32, g = l / 4, row0 = 16 * (threadIdx.x / 32);
+  const bool active = row0 < n;
+  Acc ds, dq, dv, dk;
+  if (active) {
+    Acc p;
+    attention_probs(q, k, n, row0, scale_log2, p);
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (row0 + g + 8 * (e / 2) >= n) p[t][e] = 0.0f;
+    zero(ds);
+    warp_product(
+        ds, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, dO, row0, 8 * kc); },
+        [&](uint32_t(&bf)[2], int kc, int nt) { load_b(bf, v, 8 * nt, 8 * kc); });  // dP = dO V^T
+    float d[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[e / 2] += p[t][e] * ds[t][e];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      d[r] += __shfl_xor_sync(0xffffffffu, d[r], 1);
+      d[r] += __shfl_xor_sync(0xffffffffu, d[r], 2);
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[t][e] = p[t][e] * (ds[t][e] - d[e / 2]) * scale;
+    store_acc<true>(p, p_tile, row0);
+    store_acc<true>(ds, ds_tile, row0);
+  }
+  __syncthreads();  // P and dS complete; V is read no more
+  if (active) {
+    zero(dq);
+    warp_product(
+        dq, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc(a, ds, kc); },
+        [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, k, 8 * kc, 8 * nt); });  // dQ = dS K
+    store_acc<false>(dq, v, row0);  // staged in V's tile
+    zero(dv);
+    warp_product(
+        dv, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, p_tile, 8 * kc, row0); },
+        [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, dO, 8 * kc, 8 * nt); });  // dV = P^T dO
+    zero(dk);
+    warp_product(
+        dk, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, ds_tile, 8 * kc, row0); },
+        [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, q, 8 * kc, 8 * nt); });  // dK = dS^T Q
+  }
+  __syncthreads();  // Q and dO are read no more
+  if (active) {
+    store_acc<false>(dk, q, row0);
+    store_acc<false>(dv, dO, row0);
+    __syncwarp();
+    float* base = dqkv + b * n * 3 * dim + h * kTile;
+    store_rows(v, row0, n, base, 3 * dim);
+    store_rows(q, row0, n, base + dim, 3 * dim);
+    store_rows(dO, row0, n, base + 2 * dim, 3 * dim);
+  }
+}
+
+constexpr size_t tile_bytes(int tiles) { return static_cast<size_t>(tiles) * kTileElems * sizeof(float); }
+
+}  // namespace tf32
+
 // Calls fn(T{}) for bf16 and f16.
 template <typename Fn>
 void dispatch_half(DType dtype, const char* op, Fn&& fn) {
@@ -378,14 +657,23 @@ constexpr size_t tile_bytes(int tiles) { return static_cast<size_t>(tiles) * kTi
 }  // namespace
 
 bool tc_attention_fits(DType dtype, int64_t seq_len, int64_t head_dim) {
-  return (dtype == DType::kBF16 || dtype == DType::kF16) && head_dim == kTcHeadDim && seq_len >= 1 &&
-         seq_len <= kTcMaxSeqLen;
+  return (dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32) && head_dim == kTcHeadDim &&
+         seq_len >= 1 && seq_len <= kTcMaxSeqLen;
 }
 
 void mha_forward_tc(const Tensor& qkv, int64_t num_heads, const Tensor& out) {
   const int64_t b = qkv.size(0), n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
   VITDDP_ASSERT(tc_attention_fits(qkv.dtype(), n, hd), "mha_forward_tc: shape does not fit");
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(hd));
+  if (qkv.dtype() == DType::kF32) {
+    constexpr size_t bytes = tf32::tile_bytes(kForwardTiles);  // 54 KB
+    CUDA_CHECK(cudaFuncSetAttribute(tf32::mha_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)));
+    tf32::mha_forward_kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+        qkv.data<float>(), out.data<float>(), static_cast<int>(n), static_cast<int>(num_heads), scale_log2);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   constexpr size_t bytes = tile_bytes(kForwardTiles);
   static_assert(bytes <= 48 * 1024, "no opt-in needed");
   dispatch_half(qkv.dtype(), "multi_head_attention", [&](auto zero) {
@@ -400,6 +688,16 @@ void mha_backward_tc(const Tensor& qkv, const Tensor& dout, int64_t num_heads, c
   const int64_t b = qkv.size(0), n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
   VITDDP_ASSERT(tc_attention_fits(qkv.dtype(), n, hd), "mha_backward_tc: shape does not fit");
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  if (qkv.dtype() == DType::kF32) {
+    constexpr size_t bytes = tf32::tile_bytes(kBackwardTiles);  // 108 KB: two blocks per SM
+    CUDA_CHECK(cudaFuncSetAttribute(tf32::mha_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)));
+    tf32::mha_backward_kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+        qkv.data<float>(), dout.data<float>(), dqkv.data<float>(), static_cast<int>(n), static_cast<int>(num_heads),
+        scale, scale * kLog2e);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   constexpr size_t bytes = tile_bytes(kBackwardTiles);  // 54 KB: four blocks per SM
   dispatch_half(qkv.dtype(), "multi_head_attention backward", [&](auto zero) {
     using T = decltype(zero);

@@ -3,8 +3,10 @@
 // inputs rounded to the 16-bit type. New device memory is poisoned (NaN bytes) so unwritten
 // outputs fail, and every output is followed by guard elements that padded rows must not touch.
 // Errors are max |got - want| over max |want|, per output (O, dQ, dK, dV); each comparison
-// prints its worst element. A last test prints microseconds per call of both kernels at the
-// ViT-L/32 shape (it asserts nothing about time).
+// prints its worst element. The f32 kernels (TF32 products, only under MatmulPrecision::kTf32)
+// are checked against the f32 SIMT kernel, and strict fp32 is checked to keep the SIMT kernel.
+// The last tests print microseconds per call of both kernels at the ViT-L/32 shape (they assert
+// nothing about time).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,9 +15,12 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/gpu.h"
+#include "framework/cuda/context.h"
 #include "framework/cuda/multi_head_attention.h"
 #include "framework/cuda/stream.h"
 #include "framework/ops/attention.h"
@@ -193,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(AttentionTensorCoresDispatch, F32AndOtherShapesAreNotTensorCore) {
   VITDDP_REQUIRE_GPU();
   Generator gen(5);
-  // f32 named explicitly for the tensor-core kernel is a clear error.
+  // f32 named explicitly for the tensor-core kernel is a clear error (under strict fp32, the default).
   Tensor qkv_f = random_tensor({2, 10, 3 * 128}, gen, DType::kF32).to(Device::cuda(0));
   Tensor out_f = Tensor::empty({2, 10, 128}, DType::kF32, Device::cuda(0));
   EXPECT_TRUE(testing::throws_with([&] { cuda::mha_forward(qkv_f, 2, out_f, MhaKernel::kTensorCore); },
@@ -208,6 +213,101 @@ TEST(AttentionTensorCoresDispatch, F32AndOtherShapesAreNotTensorCore) {
     cuda::mha_forward(qkv, heads, out, MhaKernel::kAuto);
     cuda::mha_forward(qkv, heads, out_simt, MhaKernel::kSimt);
     EXPECT_EQ(out.to_vector(), out_simt.to_vector()) << "N " << n << ", " << heads << " heads";
+  }
+}
+
+// Sets the matrix-product precision for a scope and restores strict fp32 after.
+class ScopedMatmulPrecision {
+ public:
+  explicit ScopedMatmulPrecision(cuda::MatmulPrecision p) { cuda::set_matmul_precision(p); }
+  ~ScopedMatmulPrecision() { cuda::set_matmul_precision(cuda::MatmulPrecision::kFp32); }
+  ScopedMatmulPrecision(const ScopedMatmulPrecision&) = delete;
+  ScopedMatmulPrecision& operator=(const ScopedMatmulPrecision&) = delete;
+};
+
+class AttentionTf32 : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    VITDDP_REQUIRE_GPU();
+    ASSERT_TRUE(kPoisonAllocations);
+  }
+};
+
+// f32 under TF32 matmul precision: the m16n8k8 kernels against the SIMT f32 kernels on the same
+// inputs (TF32 keeps 10 mantissa bits, so tol 5e-3), every output element written, nothing past
+// the outputs; kAuto picks them, bit for bit.
+TEST_P(AttentionTf32, MatchesSimtF32) {
+  const Case c = GetParam();
+  ASSERT_EQ(c.dtype, DType::kF32);
+  const int64_t b = c.batch, n = c.seq_len, heads = c.heads, d = heads * kHeadDim;
+  const std::string name = case_name(c) + "_tf32";
+  std::printf("%s\n", name.c_str());
+  ScopedMatmulPrecision tf32(cuda::MatmulPrecision::kTf32);
+  Generator gen(2000 + static_cast<uint64_t>(b * 7919 + n * 131 + heads));
+  const Tensor qkv = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(Device::cuda(0));
+  const Tensor dout = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(Device::cuda(0));
+
+  Guarded out_tc = guarded({b, n, d}, DType::kF32), dqkv_tc = guarded({b, n, 3 * d}, DType::kF32);
+  cuda::mha_forward(qkv, heads, out_tc.view, MhaKernel::kTensorCore);
+  cuda::mha_backward(qkv, dout, heads, dqkv_tc.view, MhaKernel::kTensorCore);
+  EXPECT_TRUE(guard_intact(name + " out", out_tc));
+  EXPECT_TRUE(guard_intact(name + " dqkv", dqkv_tc));
+
+  Tensor out_f = Tensor::empty({b, n, d}, DType::kF32, Device::cuda(0));
+  Tensor dqkv_f = Tensor::empty({b, n, 3 * d}, DType::kF32, Device::cuda(0));
+  cuda::mha_forward(qkv, heads, out_f, MhaKernel::kSimt);
+  cuda::mha_backward(qkv, dout, heads, dqkv_f, MhaKernel::kSimt);
+
+  const std::vector<double> o_tc = out_tc.view.to_vector(), g_tc = dqkv_tc.view.to_vector();
+  const std::vector<double> o_f = out_f.to_vector(), g_f = dqkv_f.to_vector();
+  EXPECT_TRUE(close("O vs SIMT f32", o_tc, o_f, n, d, 0, d, c.tol));
+  EXPECT_TRUE(close("dQ vs SIMT f32", g_tc, g_f, n, 3 * d, 0, d, c.tol));
+  EXPECT_TRUE(close("dK vs SIMT f32", g_tc, g_f, n, 3 * d, d, 2 * d, c.tol));
+  EXPECT_TRUE(close("dV vs SIMT f32", g_tc, g_f, n, 3 * d, 2 * d, 3 * d, c.tol));
+
+  Tensor out_auto = Tensor::empty({b, n, d}, DType::kF32, Device::cuda(0));
+  Tensor dqkv_auto = Tensor::empty({b, n, 3 * d}, DType::kF32, Device::cuda(0));
+  cuda::mha_forward(qkv, heads, out_auto);
+  cuda::mha_backward(qkv, dout, heads, dqkv_auto);
+  EXPECT_EQ(out_auto.to_vector(), o_tc) << name << ": kAuto forward differs from kTensorCore";
+  EXPECT_EQ(dqkv_auto.to_vector(), g_tc) << name << ": kAuto backward differs from kTensorCore";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTf32,
+                         ::testing::Values(Case{DType::kF32, 32, 50, 16, 5e-3},  // ViT-L/32
+                                           Case{DType::kF32, 3, 17, 4, 5e-3}),   // padding inside a warp's rows
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param) + "_tf32"; });
+
+// Strict fp32 keeps the SIMT kernels: kAuto is bit-identical to kSimt, and kTensorCore is an
+// error; under TF32 the same call takes the tensor cores (and so differs from kSimt).
+TEST(AttentionTensorCoresDispatch, F32UsesTensorCoresOnlyUnderTf32) {
+  VITDDP_REQUIRE_GPU();
+  Generator gen(9);
+  for (auto [b, n, heads] : {std::tuple<int64_t, int64_t, int64_t>{32, 50, 16}, {3, 17, 4}}) {
+    SCOPED_TRACE(std::to_string(b) + " x " + std::to_string(n) + ", " + std::to_string(heads) + " heads");
+    const int64_t d = heads * kHeadDim;
+    const Tensor qkv = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(Device::cuda(0));
+    const Tensor dout = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(Device::cuda(0));
+    auto run = [&](MhaKernel kernel) {
+      Tensor out = Tensor::empty({b, n, d}, DType::kF32, Device::cuda(0));
+      Tensor dqkv = Tensor::empty({b, n, 3 * d}, DType::kF32, Device::cuda(0));
+      cuda::mha_forward(qkv, heads, out, kernel);
+      cuda::mha_backward(qkv, dout, heads, dqkv, kernel);
+      return std::make_pair(out.to_vector(), dqkv.to_vector());
+    };
+    {
+      ScopedMatmulPrecision fp32(cuda::MatmulPrecision::kFp32);
+      const auto simt = run(MhaKernel::kSimt), automatic = run(MhaKernel::kAuto);
+      EXPECT_EQ(automatic.first, simt.first) << "kFp32: kAuto forward is not the SIMT kernel";
+      EXPECT_EQ(automatic.second, simt.second) << "kFp32: kAuto backward is not the SIMT kernel";
+      EXPECT_TRUE(testing::throws_with([&] { run(MhaKernel::kTensorCore); }, {"tensor-core", "f32", "TF32"}));
+    }
+    {
+      ScopedMatmulPrecision tf32(cuda::MatmulPrecision::kTf32);
+      const auto simt = run(MhaKernel::kSimt), automatic = run(MhaKernel::kAuto);
+      EXPECT_NE(automatic.first, simt.first) << "kTf32: kAuto forward is still the SIMT kernel";
+      EXPECT_NE(automatic.second, simt.second) << "kTf32: kAuto backward is still the SIMT kernel";
+    }
   }
 }
 
@@ -229,26 +329,38 @@ double median_us(Fn&& call) {
   return 0.5 * (us[9] + us[10]);
 }
 
-TEST(AttentionTensorCoresTiming, VitL32Bf16) {
-  VITDDP_REQUIRE_GPU();
+// Prints SIMT and tensor-core times at the ViT-L/32 shape for one dtype (f32: under the current
+// matmul precision, which the caller sets to TF32).
+void time_vit_l32(DType dtype, const char* label) {
   const int64_t b = 32, n = 50, heads = 16, d = heads * kHeadDim;
   Generator gen(7);
-  Tensor qkv = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(DType::kBF16).to(Device::cuda(0));
-  Tensor dout = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(DType::kBF16).to(Device::cuda(0));
-  Tensor out = Tensor::empty({b, n, d}, DType::kBF16, Device::cuda(0));
-  Tensor dqkv = Tensor::empty({b, n, 3 * d}, DType::kBF16, Device::cuda(0));
+  Tensor qkv = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(dtype).to(Device::cuda(0));
+  Tensor dout = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(dtype).to(Device::cuda(0));
+  Tensor out = Tensor::empty({b, n, d}, dtype, Device::cuda(0));
+  Tensor dqkv = Tensor::empty({b, n, 3 * d}, dtype, Device::cuda(0));
   double fwd[2], bwd[2];
   const MhaKernel kernels[2] = {MhaKernel::kSimt, MhaKernel::kTensorCore};
   for (int i = 0; i < 2; ++i) {
     fwd[i] = median_us([&] { cuda::mha_forward(qkv, heads, out, kernels[i]); });
     bwd[i] = median_us([&] { cuda::mha_backward(qkv, dout, heads, dqkv, kernels[i]); });
   }
-  std::printf("attention bf16, B %lld, N %lld, %lld heads of 64: median us per call (20 calls)\n",
+  std::printf("attention %s, B %lld, N %lld, %lld heads of 64: median us per call (20 calls)\n", label,
               static_cast<long long>(b), static_cast<long long>(n), static_cast<long long>(heads));
   std::printf("  forward   SIMT %8.1f  tensor cores %8.1f  (%.1fx)\n", fwd[0], fwd[1], fwd[0] / fwd[1]);
   std::printf("  backward  SIMT %8.1f  tensor cores %8.1f  (%.1fx)\n", bwd[0], bwd[1], bwd[0] / bwd[1]);
   std::printf("  per step (24 layers): SIMT %.2f ms, tensor cores %.2f ms\n", 24e-3 * (fwd[0] + bwd[0]),
               24e-3 * (fwd[1] + bwd[1]));
+}
+
+TEST(AttentionTensorCoresTiming, VitL32Bf16) {
+  VITDDP_REQUIRE_GPU();
+  time_vit_l32(DType::kBF16, "bf16");
+}
+
+TEST(AttentionTensorCoresTiming, VitL32Tf32) {
+  VITDDP_REQUIRE_GPU();
+  ScopedMatmulPrecision tf32(cuda::MatmulPrecision::kTf32);
+  time_vit_l32(DType::kF32, "f32 (TF32 products)");
 }
 
 }  // namespace
