@@ -177,13 +177,24 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   file.commit();
 }
 
+// A file opened for reading, closed when it goes out of scope; throws naming the path.
+class ReadFd {
+ public:
+  explicit ReadFd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw Error(path + ": cannot read: " + errno_text(errno));
+  }
+  ~ReadFd() { ::close(fd_); }
+  ReadFd(const ReadFd&) = delete;
+  ReadFd& operator=(const ReadFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 std::string read_text(const std::string& path, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot read: " + errno_text(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const ReadFd file(path);
+  const int fd = file.get();
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": cannot read: not a regular file");
   if (static_cast<uint64_t>(st.st_size) > max_bytes)
@@ -704,12 +715,8 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
 int64_t checkpoint_step_of(const std::string& step_dir) { return parse_step_name(base_name(step_dir)); }
 
 uint32_t file_crc32(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot read: " + errno_text(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const ReadFd file(path);
+  const int fd = file.get();
   std::vector<char> buf(size_t{4} << 20);
   uint32_t crc = 0;
   for (;;) {
