@@ -2,6 +2,7 @@
 # One-GPU benchmark: vitddp and the PyTorch reference (torch_ddp_vit.py) side by side in one
 # run, ViT-L/32, batch 32, synthetic data, for each precision. Writes one JSON line per run to
 # ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py).
+# COMPILE_PRECISIONS="bf16 ..." adds torch.compile(mode="reduce-overhead") rows for those precisions.
 # Usage: scripts/bench_single_gpu.sh BUILD_DIR REFERENCE_SCRIPT [precisions...]
 set -uo pipefail
 build=${1:?build dir}
@@ -24,5 +25,12 @@ for p in "${precisions[@]}"; do
     python3 "$reference" --precision "$p" $extra --warmup 10 --steps 20 --workers 8 --tag "eager" 2>&1 \
       | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "pytorch $p $extra failed"
   done
+done
+# PyTorch's strongest form (NUMBERS.md): Inductor kernels replayed as CUDA graphs. Compiling takes
+# about a minute per precision, so only the precisions named in COMPILE_PRECISIONS run it.
+for p in ${COMPILE_PRECISIONS:-}; do
+  python3 "$reference" --precision "$p" --gpu-data --compile --compile-mode reduce-overhead --warmup 10 --steps 20 \
+    --tag "compile reduce-overhead" 2>&1 | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" \
+    || echo "pytorch $p compile failed"
 done
 python3 "$(dirname "$0")/bench_table.py" "$results"
