@@ -50,9 +50,12 @@ if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduc
     done
   done
 fi
-for sweep in ${SWEEP:-}; do  # e.g. SWEEP="configs/sweeps/seed_article_2gpu.json configs/sweeps/bf16_2gpu.json"
+# SWEEP="configs/sweeps/seed_article_2gpu.json configs/sweeps/bf16_2gpu.json"; REFERENCE_SWEEPS: the same, with
+# the PyTorch reference's rows beside ours (each row also runs .deps/anchors/torch_ddp_vit.py).
+for sweep in ${SWEEP:-} ${REFERENCE_SWEEPS:-}; do
   name=$(basename "$sweep" .json)
-  VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" \
+  ref=(); [[ " ${REFERENCE_SWEEPS:-} " == *" $sweep "* ]] && ref=(--reference .deps/anchors/torch_ddp_vit.py)
+  VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" "${ref[@]}" \
     > "$OUT/$name.log" 2>&1; echo "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
