@@ -52,7 +52,7 @@ if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduc
 fi
 # SWEEP="configs/sweeps/seed_article_2gpu.json configs/sweeps/bf16_2gpu.json"; REFERENCE_SWEEPS: the same, with
 # the PyTorch reference's rows beside ours (each row also runs .deps/anchors/torch_ddp_vit.py).
-for sweep in ${SWEEP:-} ${REFERENCE_SWEEPS:-}; do
+for sweep in ${REFERENCE_SWEEPS:-} ${SWEEP:-}; do
   name=$(basename "$sweep" .json)
   ref=(); [[ " ${REFERENCE_SWEEPS:-} " == *" $sweep "* ]] && ref=(--reference .deps/anchors/torch_ddp_vit.py)
   VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" "${ref[@]}" \
