@@ -10,6 +10,7 @@
 #include "framework/core/random.h"
 #include "framework/core/tensor_math.h"
 #include "framework/cpu/linear.h"
+#include "framework/cpu/low_rank.h"
 #include "framework/cpu/orthogonalize.h"
 #include "framework/cuda/linear.h"
 #if VITDDP_WITH_CUDA
@@ -19,7 +20,7 @@
 namespace vitddp {
 namespace {
 
-// Batched row-major products on slices, without autograd: c = a b, db = a^T dc, da = dc b^T,
+// Batched row-major products on slices, without autograd: c = a b and db = a^T dc,
 // for `batch` entries placed `strides` apart (framework/core/matmul_strides.h).
 void product(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t m, int64_t k, int64_t n,
              const MatmulStrides& strides) {
@@ -35,18 +36,25 @@ void product_at_b(const Tensor& a, const Tensor& b_shape, const Tensor& dc, cons
   cuda::matmul_backward(a, b_shape, dc, Tensor(), db, batch, m, k, n, false, strides);
 #endif
 }
-void product_a_bt(const Tensor& a_shape, const Tensor& b, const Tensor& dc, const Tensor& da, int64_t batch, int64_t m,
-                  int64_t k, int64_t n, const MatmulStrides& strides) {
-  if (b.device().is_cpu()) return cpu::matmul_backward(a_shape, b, dc, da, Tensor(), batch, m, k, n, false, strides);
-#if VITDDP_WITH_CUDA
-  cuda::matmul_backward(a_shape, b, dc, da, Tensor(), batch, m, k, n, false, strides);
-#endif
-}
-
 void orthogonalize(const Tensor& flat, const MatrixBatch& batch) {
   if (flat.device().is_cpu()) return cpu::orthogonalize_columns(flat, batch);
 #if VITDDP_WITH_CUDA
   cuda::orthogonalize_columns(flat, batch);
+#endif
+}
+
+void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
+  if (out.device().is_cpu()) return cpu::add_widened(grad, error, out);
+#if VITDDP_WITH_CUDA
+  cuda::add_widened(grad, error, out);
+#endif
+}
+
+void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
+                     const Tensor& residual, const Tensor& flag) {
+  if (out.device().is_cpu()) return cpu::expand_low_rank(p, q, group, out, residual, flag);
+#if VITDDP_WITH_CUDA
+  cuda::expand_low_rank(p, q, group, out, residual, flag);
 #endif
 }
 
@@ -251,8 +259,8 @@ class PowerSgdWork final : public Work {
     std::shared_ptr<Work> q_work, flat_work;
     Plan plan;
     GradBucket bucket;
-    Tensor work;          // f32 working copy of the bucket (the bucket itself when f32)
-    Tensor compensated;   // the bucket before compression (error feedback input), or undefined
+    Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32 copy)
+    Tensor compensated;   // f32(bucket) + error, then the new error; undefined without error feedback
     Tensor p, q, flat;
     PowerSgdState::Bucket* state = nullptr;
     std::shared_ptr<PowerSgdHook::Staged> staged;
@@ -267,31 +275,36 @@ class PowerSgdWork final : public Work {
     NvtxRange range(nvtx_decompress_name(p_.bucket.index), NvtxColor::kCompress);
     // Q holds the sum over ranks: M ~ P (Q / world)^T.
     add_inplace(p_.q, p_.q, 1.0 / p_.world - 1.0);
+    PowerSgdHook::Staged& staged = *p_.staged;
+    // One pass per group writes the approximation into the bucket and, with error feedback,
+    // leaves in `compensated` what was not sent: the compensated local gradient minus it.
     for (const Plan::Group& g : p_.plan.groups) {
       const Plan::Matrix& mx = p_.plan.matrices[g.first];
-      Tensor m = slice_of(p_.work, p_.bucket.offsets[mx.tensor], {mx.n, mx.m});
-      Tensor pk = slice_of(p_.p, mx.p_offset, {mx.n, p_.rank});
-      Tensor qk = slice_of(p_.q, mx.q_offset, {mx.m, p_.rank});
-      product_a_bt(m, qk, pk, m, static_cast<int64_t>(g.count), mx.n, mx.m, p_.rank,
-                   MatmulStrides{g.stride, mx.m * p_.rank, mx.n * p_.rank});
+      LowRankGroup group;
+      group.count = static_cast<int64_t>(g.count);
+      group.n = mx.n;
+      group.m = mx.m;
+      group.rank = p_.rank;
+      group.offset = p_.bucket.offsets[mx.tensor];
+      group.stride = g.stride;
+      group.p_offset = mx.p_offset;
+      group.q_offset = mx.q_offset;
+      expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, p_.compensated, staged.skip);
     }
     int64_t at = 0;
-    for (const Plan::Run& run : p_.plan.runs) {
-      slice_of(p_.work, run.offset, {run.numel}).copy_(slice_of(p_.flat, at, {run.numel}));
+    for (const Plan::Run& run : p_.plan.runs) {  // the uncompressed tensors: their plain average
+      Tensor averaged = slice_of(p_.flat, at, {run.numel});
+      slice_of(p_.bucket.buffer, run.offset, {run.numel}).copy_(averaged);
+      if (p_.compensated.defined())
+        subtract_mark_nonfinite(slice_of(p_.compensated, run.offset, {run.numel}), averaged, staged.skip);
       at += run.numel;
     }
-    PowerSgdHook::Staged& staged = *p_.staged;
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
-    if (p_.compensated.defined()) {
-      // What was not sent: the compensated local gradient minus the (average) approximation.
-      subtract_mark_nonfinite(p_.compensated, p_.work, staged.skip);
-      entry.error = p_.compensated;
-    }
+    if (p_.compensated.defined()) entry.error = p_.compensated;
     if (!p_.plan.matrices.empty()) {
       mark_nonfinite(p_.q, staged.skip);
       entry.q = p_.q;
     }
-    if (!p_.work.same_impl(p_.bucket.buffer)) p_.bucket.buffer.copy_(p_.work);
     finished_ = true;
     staged.finish(std::move(entry));  // See Note [PowerSGD and skipped steps]
   }
@@ -324,7 +337,6 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.world = group.size();
   parts.rank = options_.rank;
   const Device device = bucket.buffer.device();
-  parts.work = bucket.buffer.dtype() == DType::kF32 ? bucket.buffer : bucket.buffer.to(DType::kF32);
   PowerSgdState::Bucket& st = state_.buckets[bucket.index];
   parts.state = &st;
   // See Note [PowerSGD and skipped steps]: the new state goes to scratch, committed at the end.
@@ -333,10 +345,13 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   ++staged_->open;
   if (last) staged_->last_launched = true;
   parts.staged = staged_;
-  if (options_.error_feedback) {
-    if (!st.error.defined()) st.error = Tensor::zeros(parts.work.shape(), DType::kF32, device);
-    add_inplace(parts.work, st.error);
-    parts.compensated = parts.work.clone();
+  if (options_.error_feedback) {  // M = f32(gradient) + error, in one pass
+    if (!st.error.defined()) st.error = Tensor::zeros(bucket.buffer.shape(), DType::kF32, device);
+    parts.compensated = Tensor::empty(bucket.buffer.shape(), DType::kF32, device);
+    add_widened(bucket.buffer, st.error, parts.compensated);
+    parts.work = parts.compensated;
+  } else {
+    parts.work = bucket.buffer.dtype() == DType::kF32 ? bucket.buffer : bucket.buffer.to(DType::kF32);
   }
   // Uncompressed tensors: one flat averaging all-reduce.
   if (parts.plan.uncompressed_numel > 0) {

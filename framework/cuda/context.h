@@ -20,6 +20,11 @@ MatmulPrecision matmul_precision();
 void set_gemm_sm_carveout(int sms);
 int gemm_sm_carveout();
 
+// Whether a new matrix-product shape times cuBLASLt's candidate algorithms once and keeps the
+// fastest (on by default) or takes the heuristic's first choice. See framework/cuda/gemm.cpp.
+void set_gemm_autotune(bool on);
+bool gemm_autotune();
+
 class CudaContext {
  public:
   static CudaContext& for_device(int device);

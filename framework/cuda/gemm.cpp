@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -47,6 +48,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool supported = true;  // false: cuBLASLt has no algorithm for this epilogue and shape
 };
 
 cudaDataType_t cuda_type(DType dtype) {
@@ -73,7 +75,81 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return layout;
 }
 
-Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precision, int sm_target) {
+void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t& algo, void* c, CudaContext& ctx,
+                cudaStream_t stream, cublasStatus_t* status_out = nullptr) {
+  cublasStatus_t status;
+  if (g.dtype == DType::kF64) {
+    double alpha = g.alpha, beta = g.beta;
+    status = cublasLtMatmul(ctx.cublaslt(), plan.desc, &alpha, g.a, plan.a, g.b, plan.b, &beta, c, plan.c, c, plan.c,
+                            &algo, ctx.workspace(), ctx.workspace_bytes(), stream);
+  } else {
+    status = cublasLtMatmul(ctx.cublaslt(), plan.desc, &g.alpha, g.a, plan.a, g.b, plan.b, &g.beta, c, plan.c, c,
+                            plan.c, &algo, ctx.workspace(), ctx.workspace_bytes(), stream);
+  }
+  if (status_out) {
+    *status_out = status;
+    return;
+  }
+  CUBLAS_CHECK(status);
+}
+
+// Note [Choosing a GEMM algorithm]
+// cuBLASLt's heuristic ranks its algorithms by a model of the GPU; for this model's shapes its
+// first choice is not always the fastest (the tf32 products ran 3.4 ms above NUMBERS.md's floor
+// with it). So, like XLA's GEMM autotuner, a new shape times each of the heuristic's first
+// candidates once on the real operands, writing into scratch C (and scratch bias for
+// kBiasGradB), and the plan keeps the fastest. It costs a few ms per shape on the first step,
+// never in the steady state. Skipped while the stream is being captured into a CUDA graph
+// (no synchronisation allowed there) and with set_gemm_autotune(false). Different runs (and
+// ranks) may keep different algorithms: results can differ in the last bits between runs,
+// never between the ranks' parameters, which the all-reduce makes identical.
+cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
+                                       const cublasLtMatmulHeuristicResult_t* results, int found, CudaContext& ctx,
+                                       cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return results[0].algo;
+  const int64_t c_elements = (g.batch - 1) * g.stride_c + g.ldc * (g.n - 1) + g.m;
+  const int64_t bias_elements = g.epilogue == GemmEpilogue::kBiasGradB ? g.n : 0;
+  Tensor scratch = Tensor::empty({c_elements + bias_elements + 256}, g.dtype, Device::cuda(ctx.device()));
+  CUDA_CHECK(cudaMemsetAsync(scratch.data_ptr(), 0, scratch.numel() * dtype_size(g.dtype), stream));
+  void* c = scratch.data_ptr();
+  if (bias_elements > 0) {
+    // 256-byte aligned, after C.
+    auto at = (reinterpret_cast<uintptr_t>(c) + c_elements * dtype_size(g.dtype) + 255) / 256 * 256;
+    void* bias = reinterpret_cast<void*>(at);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  } else if (g.epilogue == GemmEpilogue::kBias) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kRepeats = 3;
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::max();
+  for (int i = 0; i < found; ++i) {
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    run_matmul(plan, g, results[i].algo, c, ctx, stream, &status);  // warm-up (and: does it run at all?)
+    if (status != CUBLAS_STATUS_SUCCESS) continue;
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kRepeats; ++r) run_matmul(plan, g, results[i].algo, c, ctx, stream);
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the scratch goes back to the allocator
+  return results[best].algo;
+}
+
+Plan make_plan(const GemmArgs& g, CudaContext& ctx, MatmulPrecision precision, int sm_target, cudaStream_t stream) {
   Plan plan;
   cudaDataType_t type = cuda_type(g.dtype);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -88,8 +164,8 @@ Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precis
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  if (g.epilogue == GemmEpilogue::kBias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (g.epilogue != GemmEpilogue::kNone) {
+    cublasLtEpilogue_t epi = g.epilogue == GemmEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     cudaDataType_t bias_type = type;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
@@ -106,20 +182,25 @@ Plan make_plan(const GemmArgs& g, const CudaContext& ctx, MatmulPrecision precis
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = ctx.workspace_bytes();
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1,
-                                              &result, &found));
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c,
+                                                               plan.c, pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (g.epilogue == GemmEpilogue::kBiasGradB && (status != CUBLAS_STATUS_SUCCESS || found == 0)) {
+    plan.supported = false;  // the caller reduces the bias gradient itself
+    return plan;
+  }
+  CUBLAS_CHECK(status);
   VITDDP_CHECK(found > 0, "cuBLASLt found no algorithm for a ", dtype_name(g.dtype), " product m=", g.m, " n=", g.n,
                " k=", g.k);
-  plan.algo = result.algo;
+  plan.algo = results[0].algo;
+  if (found > 1 && gemm_autotune()) plan.algo = fastest_algorithm(plan, g, results, found, ctx, stream);
   return plan;
-}
+}}  // namespace
 
-}  // namespace
-
-void gemm(const GemmArgs& g, cudaStream_t stream) {
+bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   VITDDP_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0, "gemm with an empty dimension");
   VITDDP_ASSERT(g.epilogue == GemmEpilogue::kNone || g.bias != nullptr, "gemm: bias epilogue without a bias");
   const int device = current_device();
@@ -131,29 +212,20 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
               g.batch,    g.stride_a, g.stride_b, g.stride_c, g.dtype, g.epilogue, precision, g.beta != 0.0f, sm_target};
   static std::mutex mutex;
   static std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
-  Plan plan;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, make_plan(g, ctx, precision, sm_target)).first;
-    plan = it->second;
-  }
-  if (g.epilogue == GemmEpilogue::kBias) {
-    // The bias pointer changes per call; the descriptor is shared, so set it under the lock.
-    std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(g, ctx, precision, sm_target, stream)).first;
+  const Plan& plan = it->second;
+  if (!plan.supported) return false;
+  if (g.epilogue != GemmEpilogue::kNone)  // the bias pointer changes per call; the descriptor is shared
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-    CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &g.alpha, g.a, plan.a, g.b, plan.b, &g.beta, g.c, plan.c,
-                                g.c, plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
-    return;
-  }
-  if (g.dtype == DType::kF64) {
-    double alpha = g.alpha, beta = g.beta;
-    CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &alpha, g.a, plan.a, g.b, plan.b, &beta, g.c, plan.c, g.c,
-                                plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
-    return;
-  }
-  CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &g.alpha, g.a, plan.a, g.b, plan.b, &g.beta, g.c, plan.c,
-                              g.c, plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
+  run_matmul(plan, g, plan.algo, g.c, ctx, stream);
+  return true;
+}
+
+void gemm(const GemmArgs& g, cudaStream_t stream) {
+  VITDDP_CHECK(try_gemm(g, stream), "cuBLASLt has no algorithm for a ", dtype_name(g.dtype),
+               " product with a bias-gradient epilogue, m=", g.m, " n=", g.n, " k=", g.k);
 }
 
 }  // namespace vitddp::cuda

@@ -1,8 +1,8 @@
 // Matrix products through cuBLASLt, in cuBLAS's column-major convention:
 //   C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C   [+ bias (m), epilogue]
 // for `batch` products at fixed element strides. Row-major callers swap operands (see
-// cuda/linear.cu). Plans (descriptors, layouts and the heuristic's algorithm) are cached per
-// shape, so the steady state makes no heuristic queries.
+// cuda/linear.cu). Plans (descriptors, layouts and the chosen algorithm) are cached per shape,
+// so the steady state makes no heuristic queries; see Note [Choosing a GEMM algorithm].
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +13,9 @@
 
 namespace vitddp::cuda {
 
-enum class GemmEpilogue { kNone, kBias };
+// kBias: C += bias (length m) broadcast over columns (forward). kBiasGradB: also bias := the
+// sum of op(B) over the k dimension (length n), the bias gradient of a weight-gradient product.
+enum class GemmEpilogue { kNone, kBias, kBiasGradB };
 
 struct GemmArgs {
   bool trans_a = false;
@@ -31,9 +33,11 @@ struct GemmArgs {
   float alpha = 1.0f;
   float beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
-  const void* bias = nullptr;  // length m, for kBias
+  const void* bias = nullptr;  // length m, read (kBias); length n, written (kBiasGradB)
 };
 
 void gemm(const GemmArgs& args, cudaStream_t stream);
+// As gemm, but returns false (doing nothing) where cuBLASLt has no algorithm for the epilogue.
+bool try_gemm(const GemmArgs& args, cudaStream_t stream);
 
 }  // namespace vitddp::cuda

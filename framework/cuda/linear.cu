@@ -60,6 +60,14 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
     g.ldc = k;
     g.dtype = x.dtype();
     if (weight_grads == GradWrite::kAccumulate) g.beta = 1.0f;
+    // A written (not accumulated) bias gradient comes out of the same product: the epilogue sums
+    // dY's columns while dY passes through (one read of dY and one launch fewer).
+    if (db.defined() && weight_grads == GradWrite::kOverwrite && db.dtype() == x.dtype()) {
+      GemmArgs fused = g;
+      fused.epilogue = GemmEpilogue::kBiasGradB;
+      fused.bias = db.data_ptr();
+      if (try_gemm(fused, current_stream())) return;
+    }
     gemm(g, current_stream());
   }
   if (db.defined())

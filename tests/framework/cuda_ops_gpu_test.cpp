@@ -67,6 +67,19 @@ TEST_P(CudaOps, LinearWithSmCarveout) {
   cuda::set_gemm_sm_carveout(0);
 }
 
+// Products planned with the heuristic's first algorithm and with the fastest of its candidates
+// (Note [Choosing a GEMM algorithm]) give the CPU's results, and so does the bias gradient that
+// the weight-gradient product's epilogue reduces (CUBLASLT_EPILOGUE_BGRADB) over 1600 rows.
+TEST_P(CudaOps, LinearWithAndWithoutAutotune) {
+  auto fn = [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); };
+  for (bool autotune : {false, true}) {
+    cuda::set_gemm_autotune(autotune);
+    const int64_t in = autotune ? 192 : 128;  // a new shape: plans are cached per shape
+    EXPECT_TRUE(matches(fn, {input({32, 50, in}, gen_), input({320, in}, gen_), input({320}, gen_)})) << autotune;
+  }
+  cuda::set_gemm_autotune(true);
+}
+
 // Strided batches (MatmulStrides, as PowerSGD uses them) on the GPU against the CPU's.
 TEST(CudaMatmulStrides, StridedBatchesMatchTheCpu) {
   VITDDP_REQUIRE_GPU();

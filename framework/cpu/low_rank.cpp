@@ -1,0 +1,86 @@
+#include "framework/cpu/low_rank.h"
+
+#include <cmath>
+#include <type_traits>
+
+#include "framework/core/scalar_types.h"
+
+namespace vitddp::cpu {
+namespace {
+
+// Calls fn(T{}) for the element types a gradient bucket may have.
+template <typename Fn>
+void dispatch_bucket_dtype(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn(float{});
+    case DType::kBF16: return fn(bf16_t{});
+    case DType::kF16: return fn(f16_t{});
+    default: break;
+  }
+  throw Error(std::string(op) + ": needs an f32, bf16 or f16 bucket, got " + dtype_name(dtype));
+}
+
+void check_f32(const Tensor& t, const char* op) {
+  check_tensor(t.dtype() == DType::kF32 && t.is_contiguous() && t.device().is_cpu(), op, "a contiguous f32 CPU tensor",
+               t);
+}
+
+}  // namespace
+
+void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
+  check_f32(error, "add_widened");
+  check_f32(out, "add_widened");
+  check_tensor(grad.is_contiguous() && grad.numel() == out.numel(), "add_widened", "a contiguous gradient like out",
+               grad);
+  VITDDP_CHECK(error.numel() == out.numel(), "add_widened: ", error.description(), " vs ", out.description());
+  dispatch_bucket_dtype(grad.dtype(), "add_widened", [&](auto zero) {
+    using T = decltype(zero);
+    const T* g = grad.data<T>();
+    const float* e = error.data<float>();
+    float* o = out.data<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<float>(g[i]) + e[i];
+  });
+}
+
+void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, const Tensor& out,
+                     const Tensor& residual, const Tensor& flag) {
+  check_f32(p, "expand_low_rank");
+  check_f32(q, "expand_low_rank");
+  check_tensor(out.is_contiguous(), "expand_low_rank", "a contiguous bucket", out);
+  const int64_t last = g.offset + (g.count - 1) * g.stride + g.n * g.m;
+  VITDDP_CHECK(g.count >= 1 && g.rank >= 1 && last <= out.numel() && g.p_offset + g.count * g.n * g.rank <= p.numel() &&
+                   g.q_offset + g.count * g.m * g.rank <= q.numel(),
+               "expand_low_rank: a group outside its buffers");
+  if (residual.defined()) {
+    check_f32(residual, "expand_low_rank");
+    VITDDP_CHECK(residual.numel() == out.numel(), "expand_low_rank: ", residual.description(), " vs ",
+                 out.description());
+  }
+  const float* pb = p.data<float>();
+  const float* qb = q.data<float>();
+  float* res = residual.defined() ? residual.data<float>() : nullptr;
+  bool bad = false;
+  dispatch_bucket_dtype(out.dtype(), "expand_low_rank", [&](auto zero) {
+    using T = decltype(zero);
+    T* o = out.data<T>();
+    for (int64_t k = 0; k < g.count; ++k) {
+      const float* pk = pb + g.p_offset + k * g.n * g.rank;
+      const float* qk = qb + g.q_offset + k * g.m * g.rank;
+      const int64_t base = g.offset + k * g.stride;
+      for (int64_t i = 0; i < g.n; ++i)
+        for (int64_t j = 0; j < g.m; ++j) {
+          float approx = 0.0f;
+          for (int64_t t = 0; t < g.rank; ++t) approx += pk[i * g.rank + t] * qk[j * g.rank + t];
+          const int64_t at = base + i * g.m + j;
+          o[at] = static_cast<T>(approx);
+          if (res) {
+            res[at] -= approx;
+            bad |= !std::isfinite(res[at]);
+          }
+        }
+    }
+  });
+  if (bad) flag.data<int64_t>()[0] = 1;
+}
+
+}  // namespace vitddp::cpu

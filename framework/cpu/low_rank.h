@@ -1,0 +1,40 @@
+// PowerSGD's two passes over a whole bucket, each fused into one read and one write of every
+// element: before compression, the gradient plus its error feedback, widened to f32 (the matrix
+// M that is compressed); after it, M's approximation P Q^T written into the bucket in the
+// bucket's dtype while the same pass turns M into the new error (M - P Q^T). Unfused, the hook
+// made about ten passes over the bucket per step; see docs/performance.md.
+#pragma once
+
+#include <cstdint>
+
+#include "framework/core/tensor.h"
+
+namespace vitddp {
+
+// `count` row-major (n x m) matrices of a flat bucket, `stride` elements apart, the first at
+// `offset`; their rank-r factors are P_k (n x r) at p_offset + k n r of the flat P buffer and
+// Q_k (m x r) at q_offset + k m r of the flat Q buffer.
+struct LowRankGroup {
+  int64_t count = 0, n = 0, m = 0, rank = 0;
+  int64_t offset = 0, stride = 0;
+  int64_t p_offset = 0, q_offset = 0;
+};
+
+namespace cpu {
+// out (f32) := f32(grad) + error; grad f32/bf16/f16, all contiguous with one numel.
+void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
+// out[matrix k] := P_k Q_k^T in out's dtype (f32/bf16/f16); when `residual` (f32, laid out like
+// out) is defined, residual[matrix k] -= P_k Q_k^T too, and flag (1) i64 := 1 when any new
+// residual is NaN or Inf (left as it is otherwise).
+void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
+                     const Tensor& residual, const Tensor& flag);
+}  // namespace cpu
+
+namespace cuda {
+// As cpu:: above; one launch each.
+void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
+void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
+                     const Tensor& residual, const Tensor& flag);
+}  // namespace cuda
+
+}  // namespace vitddp

@@ -1,0 +1,79 @@
+// PowerSGD's fused bucket passes on the CPU (framework/cpu/low_rank.h) against plain loops:
+// compensation widens and adds, expansion writes P Q^T only where the group's matrices lie and
+// subtracts the same values from the residual.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/test_utils.h"
+#include "framework/cpu/low_rank.h"
+
+namespace vitddp {
+namespace {
+
+TEST(LowRank, AddWidenedAddsTheErrorToTheWidenedGradient) {
+  Generator gen(1);
+  Tensor grad = testing::random_tensor({37}, gen, DType::kF32).to(DType::kBF16);
+  Tensor error = testing::random_tensor({37}, gen, DType::kF32);
+  Tensor out = Tensor::empty({37}, DType::kF32);
+  cpu::add_widened(grad, error, out);
+  std::vector<double> g = grad.to_vector(), e = error.to_vector(), o = out.to_vector();
+  for (size_t i = 0; i < o.size(); ++i) EXPECT_FLOAT_EQ(o[i], static_cast<float>(g[i]) + static_cast<float>(e[i]));
+}
+
+// Two 3x5 matrices 20 elements apart starting at 2 (gaps of 5 left alone), rank 2.
+TEST(LowRank, ExpandWritesTheProductAndSubtractsItFromTheResidual) {
+  Generator gen(2);
+  LowRankGroup g;
+  g.count = 2, g.n = 3, g.m = 5, g.rank = 2, g.offset = 2, g.stride = 20, g.p_offset = 1, g.q_offset = 3;
+  Tensor p = testing::random_tensor({1 + 2 * 3 * 2}, gen, DType::kF32);
+  Tensor q = testing::random_tensor({3 + 2 * 5 * 2}, gen, DType::kF32);
+  Tensor out = testing::random_tensor({45}, gen, DType::kF32);
+  Tensor residual = testing::random_tensor({45}, gen, DType::kF32);
+  const std::vector<double> out0 = out.to_vector(), res0 = residual.to_vector();
+  Tensor flag = Tensor::zeros({1}, DType::kI64);
+  cpu::expand_low_rank(p, q, g, out, residual, flag);
+  const std::vector<double> pv = p.to_vector(), qv = q.to_vector(), o = out.to_vector(), r = residual.to_vector();
+  std::vector<bool> touched(45, false);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j) {
+        double approx = 0;
+        for (int t = 0; t < 2; ++t) approx += pv[1 + k * 6 + i * 2 + t] * qv[3 + k * 10 + j * 2 + t];
+        const int at = 2 + k * 20 + i * 5 + j;
+        touched[at] = true;
+        EXPECT_NEAR(o[at], approx, 1e-6) << at;
+        EXPECT_NEAR(r[at], res0[at] - approx, 1e-6) << at;
+      }
+  for (int at = 0; at < 45; ++at)
+    if (!touched[at]) {
+      EXPECT_EQ(o[at], out0[at]) << at;
+      EXPECT_EQ(r[at], res0[at]) << at;
+    }
+  EXPECT_EQ(flag.to_vector()[0], 0);
+}
+
+TEST(LowRank, ExpandIntoBf16MarksANonFiniteResidual) {
+  LowRankGroup g;
+  g.count = 1, g.n = 2, g.m = 2, g.rank = 1;
+  Tensor p = Tensor::from_vector({1.0, 2.0}, {2});
+  Tensor q = Tensor::from_vector({3.0, 0.5}, {2});
+  Tensor out = Tensor::zeros({4}, DType::kBF16);
+  Tensor residual = Tensor::from_vector({0.0, 0.0, std::numeric_limits<double>::infinity(), 0.0}, {4});
+  Tensor flag = Tensor::zeros({1}, DType::kI64);
+  cpu::expand_low_rank(p, q, g, out, residual, flag);
+  EXPECT_EQ(out.to_vector(), (std::vector<double>{3.0, 0.5, 6.0, 1.0}));
+  EXPECT_EQ(flag.to_vector()[0], 1);
+}
+
+TEST(LowRank, AGroupOutsideItsBuffersIsRefused) {
+  LowRankGroup g;
+  g.count = 2, g.n = 2, g.m = 2, g.rank = 1, g.stride = 4;
+  Tensor p = Tensor::zeros({4}, DType::kF32), q = Tensor::zeros({4}, DType::kF32);
+  Tensor out = Tensor::zeros({7}, DType::kF32), flag = Tensor::zeros({1}, DType::kI64);
+  EXPECT_THROW(cpu::expand_low_rank(p, q, g, out, Tensor(), flag), Error);
+}
+
+}  // namespace
+}  // namespace vitddp
