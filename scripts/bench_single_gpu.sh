@@ -2,6 +2,7 @@
 # One-GPU benchmark: vitddp and the PyTorch reference (torch_ddp_vit.py) side by side in one
 # run, ViT-L/32, batch 32, synthetic data, for each precision. Writes one JSON line per run to
 # ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py).
+# VITDDP_FLAGS="--gemm-autotune" goes to every vitddp run.
 # COMPILE_PRECISIONS="bf16 ..." adds torch.compile(mode="reduce-overhead") rows for those precisions.
 # Usage: scripts/bench_single_gpu.sh BUILD_DIR REFERENCE_SCRIPT [precisions...]
 set -uo pipefail
@@ -17,7 +18,7 @@ results="$out/single_gpu.jsonl"
 export NCCL_NVLS_ENABLE=0
 for p in "${precisions[@]}"; do
   for data in gpu synthetic; do
-    "$build/bin/train" --gpus 1 --precision "$p" --data "$data" --workers 8 --warmup 10 --steps 20 \
+    "$build/bin/train" --gpus 1 --precision "$p" --data "$data" --workers 8 --warmup 10 --steps 20 ${VITDDP_FLAGS:-} \
       --print-every 0 --json 2>&1 | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "vitddp $p $data failed"
   done
   gpu_data="--gpu-data"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Exact resume on the GPU: 8 straight steps against 4, a checkpoint, and a resumed run to 8
 # (vit_tiny, AdamW, batches made on the GPU); one GPU, then two with PowerSGD. Prints whether
-# the saved weights are bit-identical. Usage: scripts/gpu_resume_check.sh [BUILD_DIR]
+# the saved weights are bit-identical. Usage: scripts/gpu_resume_check.sh [BUILD_DIR] [FLAGS...]
+# (FLAGS go to every run, e.g. --gemm-autotune or --bias-grad-epilogue=false.)
 set -uo pipefail
-b=${1:-build-gpu}/bin/train; d=$(mktemp -d)
+b=${1:-build-gpu}/bin/train; shift || true; flags="$*"; d=$(mktemp -d)
 base="--data gpu --warmup 0 --print-every 0 --optimizer adamw --lr 1e-4 --model vit_tiny --batch-size 16 --dataset-size 512"
-for extra in "--gpus 1" "--gpus 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 1"; do
+for extra in "--gpus 1 $flags" "--gpus 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 1 $flags"; do
   rm -rf $d/*
   $b $base $extra --steps 8 --save $d/straight.safetensors > $d/a.log 2>&1 || { echo "straight failed"; tail -3 $d/a.log; }
   $b $base $extra --steps 4 --checkpoint-dir $d/ck --checkpoint-every 2 > $d/b.log 2>&1 || { echo "first half failed"; tail -3 $d/b.log; }

@@ -45,8 +45,11 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
        "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
       {"gemm-autotune", &c.gemm_autotune,
-       "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest (false: "
-       "its heuristic's first choice)"},
+       "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest (faster; "
+       "off by default because the choice can differ between runs, so a resumed run would not repeat an "
+       "uninterrupted one bit for bit)"},
+      {"bias-grad-epilogue", &c.bias_grad_epilogue,
+       "GPU: linear layers' bias gradients from the weight-gradient product's epilogue (false: a separate kernel)"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
       {"checkpoint-dir", &c.checkpoint_dir, "folder for checkpoints (each rank writes its own files)"},
       {"checkpoint-every", &c.checkpoint_every, "save a checkpoint every N steps (0: only when stopped by a signal)"},

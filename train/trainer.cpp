@@ -187,6 +187,7 @@ void configure_device(const Device& device, const TrainConfig& config) {
   cuda::set_device(device.index);
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
   cuda::set_gemm_autotune(config.gemm_autotune);
+  cuda::set_bias_grad_epilogue(config.bias_grad_epilogue);
 #endif
 }
 

@@ -12,7 +12,8 @@ namespace vitddp::cuda {
 namespace {
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
 std::atomic<int> g_sm_carveout{0};
-std::atomic<bool> g_autotune{true};
+std::atomic<bool> g_autotune{false};
+std::atomic<bool> g_bias_grad_epilogue{true};
 constexpr int kMaxDevices = 64;
 // cuBLASLt's recommended workspace on Hopper is 32 MiB.
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -26,6 +27,8 @@ void set_gemm_sm_carveout(int sms) {
 int gemm_sm_carveout() { return g_sm_carveout.load(); }
 void set_gemm_autotune(bool on) { g_autotune.store(on); }
 bool gemm_autotune() { return g_autotune.load(); }
+void set_bias_grad_epilogue(bool on) { g_bias_grad_epilogue.store(on); }
+bool bias_grad_epilogue() { return g_bias_grad_epilogue.load(); }
 MatmulPrecision matmul_precision() { return g_precision.load(); }
 
 CudaContext& CudaContext::for_device(int device) {

@@ -21,9 +21,15 @@ void set_gemm_sm_carveout(int sms);
 int gemm_sm_carveout();
 
 // Whether a new matrix-product shape times cuBLASLt's candidate algorithms once and keeps the
-// fastest (on by default) or takes the heuristic's first choice. See framework/cuda/gemm.cpp.
+// fastest, or takes the heuristic's first choice (the default: the same algorithms in every
+// run, so a resumed run repeats an uninterrupted one bit for bit). See framework/cuda/gemm.cpp.
 void set_gemm_autotune(bool on);
 bool gemm_autotune();
+
+// Whether a linear layer's bias gradient comes out of its weight-gradient product's epilogue
+// (CUBLASLT_EPILOGUE_BGRADB, the default) or from a separate column-sum kernel.
+void set_bias_grad_epilogue(bool on);
+bool bias_grad_epilogue();
 
 class CudaContext {
  public:

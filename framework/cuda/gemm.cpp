@@ -100,9 +100,11 @@ void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t&
 // candidates once on the real operands, writing into scratch C (and scratch bias for
 // kBiasGradB), and the plan keeps the fastest. It costs a few ms per shape on the first step,
 // never in the steady state. Skipped while the stream is being captured into a CUDA graph
-// (no synchronisation allowed there) and with set_gemm_autotune(false). Different runs (and
-// ranks) may keep different algorithms: results can differ in the last bits between runs,
-// never between the ranks' parameters, which the all-reduce makes identical.
+// (no synchronisation allowed there). Off by default (set_gemm_autotune, train --gemm-autotune):
+// timing picks differently from run to run when candidates are close, so results differ in the
+// last bits between runs (never between the ranks' parameters, which the all-reduce makes
+// identical), and AdamW turns last-bit noise in a zero gradient (a key bias's) into
+// learning-rate-sized steps: a resumed run would not repeat an uninterrupted one.
 cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
                                        const cublasLtMatmulHeuristicResult_t* results, int found, CudaContext& ctx,
                                        cudaStream_t stream) {

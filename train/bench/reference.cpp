@@ -32,7 +32,8 @@ ReferenceCommand reference_command(const SweepRun& run, const nlohmann::json& tr
                                                "ddp",       "bucket-mb",  "static-graph", "grad-as-bucket-view",
                                                "hook",      "powersgd-rank", "device",  "procs"};
   static const std::set<std::string> ignored = {"lr",   "seed", "print-every", "json", "timeout", "nonfinite",
-                                                "save", "op-breakdown", "profile-steps", "gemm-autotune"};
+                                                "save", "op-breakdown", "profile-steps", "gemm-autotune",
+                                                "bias-grad-epilogue"};
   if (changed("procs")) return none("--procs: the reference trains on GPUs only");
   const std::string device = text_of(c["device"]);
   if (device == "cpu") return none("--device cpu: the reference trains on GPUs only");
