@@ -45,9 +45,11 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
        "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
       {"gemm-autotune", &c.gemm_autotune,
-       "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest (faster; "
-       "off by default because the choice can differ between runs, so a resumed run would not repeat an "
-       "uninterrupted one bit for bit)"},
+       "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
+       "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "
+       "heuristic's first choice)"},
+      {"gemm-cache-dir", &c.gemm_cache_dir,
+       "folder for --gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
       {"bias-grad-epilogue", &c.bias_grad_epilogue,
        "GPU: linear layers' bias gradients from the weight-gradient product's epilogue (false: a separate kernel)"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},

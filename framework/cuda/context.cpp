@@ -14,6 +14,8 @@ std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
 std::atomic<int> g_sm_carveout{0};
 std::atomic<bool> g_autotune{false};
 std::atomic<bool> g_bias_grad_epilogue{true};
+std::mutex g_cache_dir_mutex;
+std::string g_cache_dir;
 constexpr int kMaxDevices = 64;
 // cuBLASLt's recommended workspace on Hopper is 32 MiB.
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -25,8 +27,16 @@ void set_gemm_sm_carveout(int sms) {
   g_sm_carveout.store(sms);
 }
 int gemm_sm_carveout() { return g_sm_carveout.load(); }
-void set_gemm_autotune(bool on) { g_autotune.store(on); }
+void set_gemm_autotune(bool on, const std::string& cache_dir) {
+  std::lock_guard<std::mutex> lock(g_cache_dir_mutex);
+  g_cache_dir = cache_dir;
+  g_autotune.store(on);
+}
 bool gemm_autotune() { return g_autotune.load(); }
+std::string gemm_algorithm_cache_dir() {
+  std::lock_guard<std::mutex> lock(g_cache_dir_mutex);
+  return g_cache_dir;
+}
 void set_bias_grad_epilogue(bool on) { g_bias_grad_epilogue.store(on); }
 bool bias_grad_epilogue() { return g_bias_grad_epilogue.load(); }
 MatmulPrecision matmul_precision() { return g_precision.load(); }

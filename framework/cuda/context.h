@@ -4,6 +4,8 @@
 
 #include <cublasLt.h>
 
+#include <string>
+
 #include "framework/core/tensor.h"
 
 namespace vitddp::cuda {
@@ -21,10 +23,13 @@ void set_gemm_sm_carveout(int sms);
 int gemm_sm_carveout();
 
 // Whether a new matrix-product shape times cuBLASLt's candidate algorithms once and keeps the
-// fastest, or takes the heuristic's first choice (the default: the same algorithms in every
-// run, so a resumed run repeats an uninterrupted one bit for bit). See framework/cuda/gemm.cpp.
-void set_gemm_autotune(bool on);
+// fastest, or takes the heuristic's first choice (the framework's default). With a cache
+// folder, the choices are kept there per GPU (framework/io/algorithm_cache.h) and later runs
+// make the same ones, so their results repeat bit for bit; without one ("") every process
+// chooses afresh. See Note [Choosing a GEMM algorithm] in framework/cuda/gemm.cpp.
+void set_gemm_autotune(bool on, const std::string& cache_dir = "");
 bool gemm_autotune();
+std::string gemm_algorithm_cache_dir();
 
 // Whether a linear layer's bias gradient comes out of its weight-gradient product's epilogue
 // (CUBLASLT_EPILOGUE_BGRADB, the default) or from a separate column-sum kernel.

@@ -3,14 +3,20 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <iostream>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 #include <unordered_map>
 
 #include "framework/cuda/check.h"
 #include "framework/cuda/context.h"
 #include "framework/cuda/stream.h"
+#include "framework/io/algorithm_cache.h"
 
 namespace vitddp::cuda {
 namespace {
@@ -75,6 +81,59 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return layout;
 }
 
+// The problem a plan was made for, as the algorithm cache's key.
+std::string describe(const PlanKey& k) {
+  std::ostringstream out;
+  out << dtype_name(k.dtype) << (k.precision == MatmulPrecision::kTf32 ? " tf32" : "") << " op=" << (k.ta ? 'T' : 'N')
+      << (k.tb ? 'T' : 'N') << " m=" << k.m << " n=" << k.n << " k=" << k.k << " ld=" << k.lda << "," << k.ldb << ","
+      << k.ldc << " batch=" << k.batch << " strides=" << k.sa << "," << k.sb << "," << k.sc
+      << " epilogue=" << static_cast<int>(k.epilogue) << " beta=" << k.has_beta << " sms=" << k.sm_target;
+  return out.str();
+}
+
+// One device's kept choices: loaded from its file on first use, written back after each new one.
+struct DeviceAlgorithms {
+  std::unique_ptr<AlgorithmCache> cache;
+  std::string path;  // "" : nowhere to keep them
+  bool warned = false;
+};
+
+DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
+  static std::unordered_map<int, DeviceAlgorithms> by_device;
+  DeviceAlgorithms& d = by_device[device];
+  if (d.cache) return d;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::ostringstream context;
+  context << prop.name << " sm_" << prop.major << prop.minor << " " << ctx.sm_count() << " SMs, cuBLASLt "
+          << cublasLtGetVersion();
+  d.cache = std::make_unique<AlgorithmCache>(context.str());
+  const std::string dir = gemm_algorithm_cache_dir();
+  if (dir.empty()) return d;
+  std::string name = std::string("gemm-algorithms-") + prop.name + "-cublaslt" + std::to_string(cublasLtGetVersion()) +
+                     "-cuda" + std::to_string(device) + ".json";
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_') c = '_';
+  d.path = dir + "/" + name;
+  const std::string problem = d.cache->load(d.path);
+  if (!problem.empty())
+    std::cerr << "note: GEMM algorithm cache: " << problem << "; tuning afresh and rewriting it\n";
+  return d;
+}
+
+cublasLtMatmulAlgo_t algorithm_from(const AlgorithmCache::Record& r) {
+  static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(AlgorithmCache::Record), "cuBLASLt algorithm size changed");
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, r.data(), sizeof(algo));
+  return algo;
+}
+
+AlgorithmCache::Record record_of(const cublasLtMatmulAlgo_t& algo) {
+  AlgorithmCache::Record r;
+  std::memcpy(r.data(), &algo, sizeof(algo));
+  return r;
+}
+
 void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t& algo, void* c, CudaContext& ctx,
                 cudaStream_t stream, cublasStatus_t* status_out = nullptr) {
   cublasStatus_t status;
@@ -100,11 +159,14 @@ void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t&
 // candidates once on the real operands, writing into scratch C (and scratch bias for
 // kBiasGradB), and the plan keeps the fastest. It costs a few ms per shape on the first step,
 // never in the steady state. Skipped while the stream is being captured into a CUDA graph
-// (no synchronisation allowed there). Off by default (set_gemm_autotune, train --gemm-autotune):
-// timing picks differently from run to run when candidates are close, so results differ in the
-// last bits between runs (never between the ranks' parameters, which the all-reduce makes
-// identical), and AdamW turns last-bit noise in a zero gradient (a key bias's) into
-// learning-rate-sized steps: a resumed run would not repeat an uninterrupted one.
+// (no synchronisation allowed there). Timing picks differently from run to run when candidates
+// are close, and different algorithms round differently: results would differ in the last bits
+// between runs (never between the ranks' parameters, which the all-reduce makes identical), and
+// AdamW turns last-bit noise in a zero gradient (a key bias's) into learning-rate-sized steps,
+// so a resumed run would not repeat an uninterrupted one. Hence the choices are kept in a file
+// per GPU (framework/io/algorithm_cache.h, in the folder set_gemm_autotune names) and a later
+// run takes them from there, checked with cublasLtMatmulAlgoCheck; the file names the GPU model
+// and cuBLASLt version, and is set aside when either differs.
 cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
                                        const cublasLtMatmulHeuristicResult_t* results, int found, CudaContext& ctx,
                                        cudaStream_t stream) {
@@ -151,7 +213,8 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
   return results[best].algo;
 }
 
-Plan make_plan(const GemmArgs& g, CudaContext& ctx, MatmulPrecision precision, int sm_target, cudaStream_t stream) {
+Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPrecision precision, int sm_target,
+               cudaStream_t stream) {
   Plan plan;
   cudaDataType_t type = cuda_type(g.dtype);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -198,7 +261,33 @@ Plan make_plan(const GemmArgs& g, CudaContext& ctx, MatmulPrecision precision, i
   VITDDP_CHECK(found > 0, "cuBLASLt found no algorithm for a ", dtype_name(g.dtype), " product m=", g.m, " n=", g.n,
                " k=", g.k);
   plan.algo = results[0].algo;
-  if (found > 1 && gemm_autotune()) plan.algo = fastest_algorithm(plan, g, results, found, ctx, stream);
+  if (found > 1 && gemm_autotune()) {
+    DeviceAlgorithms& kept = algorithms_for(key.device, ctx);
+    const std::string problem = describe(key);
+    AlgorithmCache::Record record;
+    if (kept.cache->find(problem, &record)) {  // chosen by an earlier run: choose it again
+      cublasLtMatmulAlgo_t algo = algorithm_from(record);
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c, plan.c, &algo, &check) ==
+              CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= ctx.workspace_bytes()) {
+        plan.algo = algo;
+        return plan;
+      }
+    }
+    plan.algo = fastest_algorithm(plan, g, results, found, ctx, stream);
+    kept.cache->put(problem, record_of(plan.algo));
+    if (!kept.path.empty()) {
+      try {
+        kept.cache->save(kept.path);
+      } catch (const Error& e) {
+        if (!kept.warned)
+          std::cerr << "note: GEMM algorithm cache: " << e.what()
+                    << "; this run's choices are not kept, so later runs may choose differently\n";
+        kept.warned = true;
+      }
+    }
+  }
   return plan;
 }}  // namespace
 
@@ -216,7 +305,7 @@ bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   static std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(g, ctx, precision, sm_target, stream)).first;
+  if (it == plans.end()) it = plans.emplace(key, make_plan(g, key, ctx, precision, sm_target, stream)).first;
   const Plan& plan = it->second;
   if (!plan.supported) return false;
   if (g.epilogue != GemmEpilogue::kNone)  // the bias pointer changes per call; the descriptor is shared

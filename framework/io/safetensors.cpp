@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "framework/core/error.h"
+#include "framework/io/atomic_file.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors I/O copies raw bytes and assumes a little-endian host");
@@ -258,19 +259,6 @@ SafetensorsFile read_from(uint64_t file_size, const ReadAt& read_at, const std::
   return out;
 }
 
-void write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw errno;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 struct Prepared {
   std::string header;  // length field + JSON + padding
   std::vector<Tensor> host;
@@ -314,13 +302,6 @@ Prepared prepare(const NamedTensors& tensors, const std::map<std::string, std::s
   for (int i = 0; i < 8; ++i) p.header[i] = static_cast<char>((len >> (8 * i)) & 0xff);
   p.header += json;
   return p;
-}
-
-std::string directory_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 std::string join_names(const std::vector<std::string>& names, size_t max_listed = 10) {
@@ -394,32 +375,11 @@ void stream_safetensors(const NamedTensors& tensors, const std::function<void(co
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
   Prepared p = prepare(tensors, metadata);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + path + ": " + errno_text(errno));
-  try {
-    write_all(fd, p.header.data(), p.header.size());
-    for (const Tensor& t : p.host)
-      if (t.nbytes() > 0) write_all(fd, t.data_ptr(), t.nbytes());
-    if (::fsync(fd) != 0) throw errno;
-    int rc = ::close(fd);
-    fd = -1;
-    if (rc != 0) throw errno;
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw errno;
-  } catch (int err) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error("cannot write " + path + ": " + errno_text(err));
-  }
-  // Make the rename durable. Some file systems cannot fsync a directory (EINVAL): that is fine.
-  int dir = ::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    int rc = ::fsync(dir);
-    int err = errno;
-    ::close(dir);
-    if (rc != 0 && err != EINVAL && err != EROFS)
-      throw Error("cannot write " + path + ": fsync of its directory failed: " + errno_text(err));
-  }
+  AtomicFileWriter file(path);
+  file.write(p.header.data(), p.header.size());
+  for (const Tensor& t : p.host)
+    if (t.nbytes() > 0) file.write(t.data_ptr(), t.nbytes());
+  file.commit();
 }
 
 void load_named_tensors(const SafetensorsFile& file, const NamedTensors& targets, const std::string& path,

@@ -1,0 +1,104 @@
+// AlgorithmCache: what one run writes, the next reads back word for word; files it cannot use
+// (another GPU or library version, malformed, unreadable words) are set aside with a reason,
+// never thrown on, and leave the cache empty.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/core/error.h"
+#include "framework/io/algorithm_cache.h"
+
+namespace vitddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("vitddp_algo_cache_" + std::to_string(::getpid()) + "_" +
+                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+const AlgorithmCache::Record kRecord = {0, 1, 0xffffffffffffffffull, 0x0123456789abcdefull, 42, 7, 0x8000000000000000ull, 3};
+
+TEST(AlgorithmCache, WhatOneRunSavesTheNextFindsWordForWord) {
+  TempDir dir;
+  const std::string file = (dir.path / "algos.json").string();
+  AlgorithmCache a("H200 sm_90, cuBLASLt 130200");
+  a.put("bf16 op=NT m=1024 n=1600 k=4096", kRecord);
+  a.put("f32 tf32 op=NN m=3072 n=1600 k=1024", AlgorithmCache::Record{9, 8, 7, 6, 5, 4, 3, 2});
+  a.save(file);
+  EXPECT_FALSE(fs::exists(file + ".tmp." + std::to_string(::getpid())));
+  AlgorithmCache b("H200 sm_90, cuBLASLt 130200");
+  EXPECT_EQ(b.load(file), "");
+  EXPECT_EQ(b.size(), 2u);
+  AlgorithmCache::Record r{};
+  ASSERT_TRUE(b.find("bf16 op=NT m=1024 n=1600 k=4096", &r));
+  EXPECT_EQ(r, kRecord);
+  EXPECT_FALSE(b.find("bf16 op=NT m=1024 n=1600 k=4095", &r));
+}
+
+TEST(AlgorithmCache, AMissingFileIsAnEmptyCache) {
+  TempDir dir;
+  AlgorithmCache c("ctx");
+  EXPECT_EQ(c.load((dir.path / "none.json").string()), "");
+  EXPECT_EQ(c.size(), 0u);
+}
+
+TEST(AlgorithmCache, AFileForAnotherGpuOrLibraryIsSetAside) {
+  TempDir dir;
+  const std::string file = (dir.path / "algos.json").string();
+  AlgorithmCache a("H200 sm_90, cuBLASLt 130200");
+  a.put("k", kRecord);
+  a.save(file);
+  AlgorithmCache b("H100 sm_90, cuBLASLt 130200");
+  const std::string why = b.load(file);
+  EXPECT_NE(why.find("another GPU or library version"), std::string::npos) << why;
+  EXPECT_EQ(b.size(), 0u);
+}
+
+TEST(AlgorithmCache, MalformedFilesAreSetAsideWithAReason) {
+  TempDir dir;
+  const fs::path file = dir.path / "algos.json";
+  const std::string head = R"({"version": 1, "context": "ctx", "algorithms": )";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "not a JSON object"},
+      {"[1, 2]", "not a JSON object"},
+      {R"({"version": 2, "context": "ctx", "algorithms": {}})", "another format version"},
+      {R"({"version": 1, "context": "ctx"})", "no \"algorithms\" object"},
+      {head + R"({"k": ["0000000000000000"]}})", "is not 8 words"},
+      {head + R"({"k": ["000000000000000g","0","0","0","0","0","0","0"]}})", "not 16 hex digits"},
+      {head + R"({"k": [1,2,3,4,5,6,7,8]}})", "not 16 hex digits"},
+  };
+  for (const auto& [text, expected] : cases) {
+    write_text(file, text);
+    AlgorithmCache c("ctx");
+    c.put("stale", kRecord);
+    const std::string why = c.load(file.string());
+    EXPECT_NE(why.find(expected), std::string::npos) << text << " -> " << why;
+    EXPECT_EQ(c.size(), 0u) << text;
+  }
+}
+
+TEST(AlgorithmCache, SavingIntoAFolderThatDoesNotExistThrowsNamingTheFile) {
+  TempDir dir;
+  AlgorithmCache c("ctx");
+  c.put("k", kRecord);
+  const std::string file = (dir.path / "missing" / "algos.json").string();
+  try {
+    c.save(file);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write " + file), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace vitddp
