@@ -2,7 +2,7 @@
 # Exact resume on the GPU: 8 straight steps against 4, a checkpoint, and a resumed run to 8
 # (vit_tiny, AdamW, batches made on the GPU); one GPU, then two with PowerSGD. Prints whether
 # the saved weights are bit-identical. Usage: scripts/gpu_resume_check.sh [BUILD_DIR] [FLAGS...]
-# (FLAGS go to every run, e.g. --gemm-autotune or --bias-grad-epilogue=false.)
+# (FLAGS go to every run, e.g. --gemm-autotune=false or --gemm-cache-dir DIR.)
 set -uo pipefail
 b=${1:-build-gpu}/bin/train; shift || true; flags="$*"; d=$(mktemp -d)
 base="--data gpu --warmup 0 --print-every 0 --optimizer adamw --lr 1e-4 --model vit_tiny --batch-size 16 --dataset-size 512"

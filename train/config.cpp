@@ -50,8 +50,6 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "heuristic's first choice)"},
       {"gemm-cache-dir", &c.gemm_cache_dir,
        "folder for --gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
-      {"bias-grad-epilogue", &c.bias_grad_epilogue,
-       "GPU: linear layers' bias gradients from the weight-gradient product's epilogue (false: a separate kernel)"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
       {"checkpoint-dir", &c.checkpoint_dir, "folder for checkpoints (each rank writes its own files)"},
       {"checkpoint-every", &c.checkpoint_every, "save a checkpoint every N steps (0: only when stopped by a signal)"},

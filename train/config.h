@@ -54,7 +54,6 @@ struct TrainConfig {
   int64_t sm_carveout = 0;         // GPU: SMs the matrix products leave to NCCL (its block limit)
   bool gemm_autotune = true;       // GPU: time cuBLASLt's candidate algorithms per product shape, keep the fastest
   std::string gemm_cache_dir;      // where those choices are kept ("": $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)
-  bool bias_grad_epilogue = true;  // GPU: bias gradients from the weight-gradient product's epilogue
   double timeout = 300.0;           // seconds a collective may take before the run is stopped
   std::string nonfinite = "stop";  // a NaN/Inf gradient: stop the run (exit 5) or skip the step
   // checkpoints

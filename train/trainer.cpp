@@ -211,7 +211,6 @@ void configure_device(const Device& device, const TrainConfig& config) {
   cuda::set_device(device.index);
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
   cuda::set_gemm_autotune(config.gemm_autotune, config.gemm_autotune ? gemm_cache_dir(config) : "");
-  cuda::set_bias_grad_epilogue(config.bias_grad_epilogue);
 #endif
 }
 

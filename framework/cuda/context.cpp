@@ -13,7 +13,6 @@ namespace {
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
 std::atomic<int> g_sm_carveout{0};
 std::atomic<bool> g_autotune{false};
-std::atomic<bool> g_bias_grad_epilogue{true};
 std::mutex g_cache_dir_mutex;
 std::string g_cache_dir;
 constexpr int kMaxDevices = 64;
@@ -37,8 +36,6 @@ std::string gemm_algorithm_cache_dir() {
   std::lock_guard<std::mutex> lock(g_cache_dir_mutex);
   return g_cache_dir;
 }
-void set_bias_grad_epilogue(bool on) { g_bias_grad_epilogue.store(on); }
-bool bias_grad_epilogue() { return g_bias_grad_epilogue.load(); }
 MatmulPrecision matmul_precision() { return g_precision.load(); }
 
 CudaContext& CudaContext::for_device(int device) {

@@ -31,10 +31,6 @@ void set_gemm_autotune(bool on, const std::string& cache_dir = "");
 bool gemm_autotune();
 std::string gemm_algorithm_cache_dir();
 
-// Whether a linear layer's bias gradient comes out of its weight-gradient product's epilogue
-// (CUBLASLT_EPILOGUE_BGRADB, the default) or from a separate column-sum kernel.
-void set_bias_grad_epilogue(bool on);
-bool bias_grad_epilogue();
 
 class CudaContext {
  public:

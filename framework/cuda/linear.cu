@@ -1,6 +1,5 @@
 // Row-major products expressed in cuBLAS's column-major terms: a row-major (R, C) buffer is a
 // column-major (C, R) matrix, so row-major Y = X W^T is column-major Y^T = W X^T.
-#include "framework/cuda/context.h"
 #include "framework/cuda/gemm.h"
 #include "framework/cuda/linear.h"
 #include "framework/cuda/reduce.h"
@@ -62,8 +61,10 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
     g.dtype = x.dtype();
     if (weight_grads == GradWrite::kAccumulate) g.beta = 1.0f;
     // A written (not accumulated) bias gradient comes out of the same product: the epilogue sums
-    // dY's columns while dY passes through (one read of dY and one launch fewer).
-    if (db.defined() && weight_grads == GradWrite::kOverwrite && db.dtype() == x.dtype() && bias_grad_epilogue()) {
+    // dY's columns while dY passes through (one read of dY and one launch fewer). Training
+    // accumulates into the zeroed gradient arena (Note [Gradients in place]), which no
+    // cuBLASLt epilogue can do, so there the column sum below still runs.
+    if (db.defined() && weight_grads == GradWrite::kOverwrite && db.dtype() == x.dtype()) {
       GemmArgs fused = g;
       fused.epilogue = GemmEpilogue::kBiasGradB;
       fused.bias = db.data_ptr();
