@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 #include "framework/cuda/context.h"
 #include "framework/cuda/stream.h"
 #include "framework/io/algorithm_cache.h"
+#include "framework/io/file_lock.h"
 
 namespace vitddp::cuda {
 namespace {
@@ -94,6 +96,7 @@ std::string describe(const PlanKey& k) {
 // One device's kept choices: loaded from its file on first use, written back after each new one.
 struct DeviceAlgorithms {
   std::unique_ptr<AlgorithmCache> cache;
+  std::string dir;   // the folder it was made for
   std::string path;  // "" : nowhere to keep them
   bool warned = false;
 };
@@ -101,24 +104,32 @@ struct DeviceAlgorithms {
 DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
   static std::unordered_map<int, DeviceAlgorithms> by_device;
   DeviceAlgorithms& d = by_device[device];
-  if (d.cache) return d;
+  const std::string dir = gemm_algorithm_cache_dir();
+  if (d.cache && d.dir == dir) return d;
+  d = DeviceAlgorithms{};
+  d.dir = dir;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::ostringstream context;
   context << prop.name << " sm_" << prop.major << prop.minor << " " << ctx.sm_count() << " SMs, cuBLASLt "
           << cublasLtGetVersion();
   d.cache = std::make_unique<AlgorithmCache>(context.str());
-  const std::string dir = gemm_algorithm_cache_dir();
   if (dir.empty()) return d;
   std::string name = std::string("gemm-algorithms-") + prop.name + "-cublaslt" + std::to_string(cublasLtGetVersion()) +
                      "-cuda" + std::to_string(device) + ".json";
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_') c = '_';
   d.path = dir + "/" + name;
-  const std::string problem = d.cache->load(d.path);
-  if (!problem.empty())
-    std::cerr << "note: GEMM algorithm cache: " << problem << "; tuning afresh and rewriting it\n";
   return d;
+}
+
+// Re-reads the kept choices (other processes may have added some); notes once a file that
+// cannot be used, which the next save replaces.
+void reload(DeviceAlgorithms& kept) {
+  const std::string problem = kept.cache->load(kept.path);
+  if (problem.empty() || kept.warned) return;
+  std::cerr << "note: GEMM algorithm cache: " << problem << "; tuning afresh and rewriting it\n";
+  kept.warned = true;
 }
 
 cublasLtMatmulAlgo_t algorithm_from(const AlgorithmCache::Record& r) {
@@ -132,6 +143,55 @@ AlgorithmCache::Record record_of(const cublasLtMatmulAlgo_t& algo) {
   AlgorithmCache::Record r;
   std::memcpy(r.data(), &algo, sizeof(algo));
   return r;
+}
+
+// Whether cuBLASLt accepts `algo` for this plan's problem within our workspace.
+bool runs_here(const Plan& plan, cublasLtMatmulAlgo_t algo, CudaContext& ctx) {
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c, plan.c, &algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= ctx.workspace_bytes();
+}
+
+// The kept choice for `problem`, if the file holds one this plan can run (re-read under the
+// file's lock: processes sharing the file see each other's choices).
+std::optional<cublasLtMatmulAlgo_t> kept_choice(DeviceAlgorithms& kept, const std::string& problem, const Plan& plan,
+                                                CudaContext& ctx) {
+  std::optional<FileLock> lock;
+  if (!kept.path.empty()) {
+    lock.emplace(kept.path + ".lock");
+    reload(kept);
+  }
+  AlgorithmCache::Record record;
+  if (!kept.cache->find(problem, &record)) return std::nullopt;
+  const cublasLtMatmulAlgo_t algo = algorithm_from(record);
+  if (!runs_here(plan, algo, ctx)) return std::nullopt;
+  return algo;
+}
+
+// Keeps plan->algo for `problem`, unless another process kept a choice for it while this one
+// was timing: then the plan takes that one, so that every process makes the file's choice.
+void keep_choice(DeviceAlgorithms& kept, const std::string& problem, Plan* plan, CudaContext& ctx) {
+  std::optional<FileLock> lock;
+  if (!kept.path.empty()) {
+    lock.emplace(kept.path + ".lock");
+    reload(kept);
+  }
+  AlgorithmCache::Record record;
+  if (kept.cache->find(problem, &record) && runs_here(*plan, algorithm_from(record), ctx)) {
+    plan->algo = algorithm_from(record);
+    return;
+  }
+  kept.cache->put(problem, record_of(plan->algo));
+  if (kept.path.empty()) return;
+  try {
+    kept.cache->save(kept.path);
+  } catch (const Error& e) {
+    if (!kept.warned)
+      std::cerr << "note: GEMM algorithm cache: " << e.what()
+                << "; this run's choices are not kept, so later runs may choose differently\n";
+    kept.warned = true;
+  }
 }
 
 void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t& algo, void* c, CudaContext& ctx,
@@ -166,16 +226,27 @@ void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t&
 // so a resumed run would not repeat an uninterrupted one. Hence the choices are kept in a file
 // per GPU (framework/io/algorithm_cache.h, in the folder set_gemm_autotune names) and a later
 // run takes them from there, checked with cublasLtMatmulAlgoCheck; the file names the GPU model
-// and cuBLASLt version, and is set aside when either differs.
-cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
-                                       const cublasLtMatmulHeuristicResult_t* results, int found, CudaContext& ctx,
-                                       cudaStream_t stream) {
+// and cuBLASLt version, and is set aside when either differs. Processes that share a file
+// (ranks that all see their GPU as cuda:0, jobs side by side) re-read it under a file lock
+// before choosing and before keeping, and a choice kept meanwhile by another wins, so all of
+// them make the file's choice; the timing itself runs unlocked (it waits for the stream,
+// which may wait for a collective that another process can only join after its lookup).
+// The fastest candidate that ran; nothing when none could be timed (the stream is being
+// captured, no memory for the scratch output, or every candidate failed).
+std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Plan& plan, const GemmArgs& g,
+                                                      const cublasLtMatmulHeuristicResult_t* results, int found,
+                                                      CudaContext& ctx, cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return results[0].algo;
+  if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
   const int64_t c_elements = (g.batch - 1) * g.stride_c + g.ldc * (g.n - 1) + g.m;
   const int64_t bias_elements = g.epilogue == GemmEpilogue::kBiasGradB ? g.n : 0;
-  Tensor scratch = Tensor::empty({c_elements + bias_elements + 256}, g.dtype, Device::cuda(ctx.device()));
+  Tensor scratch;
+  try {
+    scratch = Tensor::empty({c_elements + bias_elements + 256}, g.dtype, Device::cuda(ctx.device()));
+  } catch (const Error&) {
+    return std::nullopt;  // near the memory limit: no timing, the heuristic's choice
+  }
   CUDA_CHECK(cudaMemsetAsync(scratch.data_ptr(), 0, scratch.numel() * dtype_size(g.dtype), stream));
   void* c = scratch.data_ptr();
   if (bias_elements > 0) {
@@ -190,7 +261,7 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   constexpr int kRepeats = 3;
-  int best = 0;
+  int best = -1;
   float best_ms = std::numeric_limits<float>::max();
   for (int i = 0; i < found; ++i) {
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
@@ -210,6 +281,7 @@ cublasLtMatmulAlgo_t fastest_algorithm(const Plan& plan, const GemmArgs& g,
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the scratch goes back to the allocator
+  if (best < 0) return std::nullopt;
   return results[best].algo;
 }
 
@@ -264,32 +336,21 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   if (found > 1 && gemm_autotune()) {
     DeviceAlgorithms& kept = algorithms_for(key.device, ctx);
     const std::string problem = describe(key);
-    AlgorithmCache::Record record;
-    if (kept.cache->find(problem, &record)) {  // chosen by an earlier run: choose it again
-      cublasLtMatmulAlgo_t algo = algorithm_from(record);
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoCheck(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c, plan.c, &algo, &check) ==
-              CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= ctx.workspace_bytes()) {
-        plan.algo = algo;
-        return plan;
-      }
+    if (const std::optional<cublasLtMatmulAlgo_t> algo = kept_choice(kept, problem, plan, ctx)) {
+      plan.algo = *algo;  // chosen by an earlier run (or another process): choose it again
+      return plan;
     }
-    plan.algo = fastest_algorithm(plan, g, results, found, ctx, stream);
-    kept.cache->put(problem, record_of(plan.algo));
-    if (!kept.path.empty()) {
-      try {
-        kept.cache->save(kept.path);
-      } catch (const Error& e) {
-        if (!kept.warned)
-          std::cerr << "note: GEMM algorithm cache: " << e.what()
-                    << "; this run's choices are not kept, so later runs may choose differently\n";
-        kept.warned = true;
-      }
-    }
+    // Timed without the file lock: the timing waits for this stream, which may wait for a
+    // collective that a process sharing the file can only join once it has the lock.
+    const std::optional<cublasLtMatmulAlgo_t> fastest = fastest_algorithm(plan, g, results, found, ctx, stream);
+    if (!fastest) return plan;  // the heuristic's choice, not kept
+    plan.algo = *fastest;
+    keep_choice(kept, problem, &plan, ctx);
   }
   return plan;
-}}  // namespace
+}
+
+}  // namespace
 
 bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   VITDDP_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0, "gemm with an empty dimension");
@@ -310,6 +371,11 @@ bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   if (!plan.supported) return false;
   if (g.epilogue != GemmEpilogue::kNone)  // the bias pointer changes per call; the descriptor is shared
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  if (g.epilogue == GemmEpilogue::kBiasGradB) {  // may still refuse: then nothing ran, the caller falls back
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    run_matmul(plan, g, plan.algo, g.c, ctx, stream, &status);
+    return status == CUBLAS_STATUS_SUCCESS;
+  }
   run_matmul(plan, g, plan.algo, g.c, ctx, stream);
   return true;
 }

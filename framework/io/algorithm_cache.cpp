@@ -41,7 +41,8 @@ std::string AlgorithmCache::load(const std::string& path) {
   text << in.rdbuf();
   nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return path + " is not a JSON object";
-  if (doc.value("version", 0) != kFormatVersion) return path + " has another format version";
+  if (!doc.contains("version") || !doc["version"].is_number_integer() || doc["version"] != kFormatVersion)
+    return path + " has another format version";
   if (!doc.contains("context") || !doc["context"].is_string() || doc["context"] != context_)
     return path + " was made for another GPU or library version";
   if (!doc.contains("algorithms") || !doc["algorithms"].is_object()) return path + " has no \"algorithms\" object";

@@ -3,6 +3,7 @@
 // never thrown on, and leave the cache empty.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 
 #include "framework/core/error.h"
 #include "framework/io/algorithm_cache.h"
+#include "framework/io/file_lock.h"
 
 namespace vitddp {
 namespace {
@@ -98,6 +100,37 @@ TEST(AlgorithmCache, SavingIntoAFolderThatDoesNotExistThrowsNamingTheFile) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot write " + file), std::string::npos) << e.what();
   }
+}
+
+// A second process waits for the first's lock on the same file (ranks sharing one cache file).
+TEST(FileLock, ASecondProcessWaitsForTheFirst) {
+  TempDir dir;
+  const std::string lock_path = (dir.path / "cache.json.lock").string();
+  const std::string ready = (dir.path / "child-has-lock").string();
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FileLock lock(lock_path);
+    std::ofstream(ready) << "1";
+    ::usleep(400 * 1000);
+    ::_exit(lock.held() ? 0 : 1);
+  }
+  while (!fs::exists(ready)) ::usleep(1000);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    FileLock lock(lock_path);
+    EXPECT_TRUE(lock.held());
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_GT(waited, 0.2);  // the child held it for 0.4 s after saying so
+}
+
+TEST(FileLock, AnUnopenableLockFileIsNotHeld) {
+  FileLock lock("/nonexistent-folder-vitddp/x.lock");
+  EXPECT_FALSE(lock.held());
 }
 
 }  // namespace
