@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/temp_dir.h"
 #include "framework/core/error.h"
 #include "framework/io/algorithm_cache.h"
 #include "framework/io/file_lock.h"
@@ -19,11 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("vitddp_algo_cache_" + std::to_string(::getpid()) + "_" +
-                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("vitddp_algo_cache") {}
 };
 
 void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }

@@ -11,6 +11,7 @@
 
 #include "common/ddp_harness.h"
 #include "common/gpu.h"
+#include "common/temp_dir.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
 
@@ -19,11 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("vitddp_resume_gpu_" + std::to_string(::getpid()) + "_" +
-                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("vitddp_resume_gpu") {}
 };
 
 std::pair<int, std::string> run(const std::string& args) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/temp_dir.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
@@ -26,11 +27,8 @@ std::pair<int, std::string> run(const std::string& args) {
   return {o.code, o.out};
 }
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("vitddp_resume_" + std::to_string(::getpid()) + "_" +
-                                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("vitddp_resume") {}
 };
 
 std::vector<std::vector<double>> weights(const std::string& file) {
