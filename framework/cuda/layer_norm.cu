@@ -179,6 +179,114 @@ __global__ void layer_norm_dx_vec_kernel(const T* x, const T* w, const float* me
   }
 }
 
+// Note [Layer norm backward in one pass]
+// The vectorised dx kernel already holds a row's dy and xhat in registers; the weight and bias
+// gradients (column sums of dy * xhat and of dy) come from the same registers instead of a
+// second kernel that reads x and dy again. Each lane adds its columns of its warp's row; the
+// block's warps then add theirs into shared memory one warp after another (a fixed order, so
+// the sums are the same in every run), and the block writes one partial row per gradient. The
+// column sums over the blocks' partials follow in layer_norm_dwdb_blocks_kernel.
+template <typename T>
+__global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd,
+                                               const T* dy, T* dx, int64_t rows, int64_t d, float* partials) {
+  constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
+  __shared__ float sum_w[32 * V * K], sum_b[32 * V * K];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + warp;
+  const int words = static_cast<int>(d / V);
+  const uint4* wv = reinterpret_cast<const uint4*>(w);
+  // dy and xhat of the row stay in registers for dx and for the column sums (no separate
+  // accumulators: the kernel keeps the dx kernel's register budget). A warp past the last row
+  // adds zeros.
+  float g[K][V], xhat[K][V];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int i = 0; i < V; ++i) g[k][i] = xhat[k][i] = 0.0f;
+  if (row < rows) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + row * d);
+    const uint4* gr = reinterpret_cast<const uint4*>(dy + row * d);
+    const float mu = mean[row], rs = rstd[row];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j >= words) continue;
+      float wf[V];
+      unpack_word<T>(gr[j], g[k]);
+      unpack_word<T>(xr[j], xhat[k]);
+      unpack_word<T>(wv[j], wf);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        xhat[k][i] = (xhat[k][i] - mu) * rs;
+        const float gw = g[k][i] * wf[i];
+        sum_g += gw;
+        sum_gx += gw * xhat[k][i];
+      }
+    }
+    sum_g = warp_sum(sum_g) / d;
+    sum_gx = warp_sum(sum_gx) / d;
+    uint4* out = reinterpret_cast<uint4*>(dx + row * d);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j >= words) continue;
+      float wf[V], o[V];
+      unpack_word<T>(wv[j], wf);  // from L1: the weight row is the same for every warp
+#pragma unroll
+      for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] * wf[i] - sum_g - xhat[k][i] * sum_gx);
+      out[j] = pack_word<T>(o);
+    }
+  }
+  for (int turn = 0; turn < kWarpsPerBlock; ++turn) {  // See Note [Layer norm backward in one pass]
+    if (warp == turn) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        if (j >= words) continue;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const int col = j * V + i;
+          const float pw = g[k][i] * xhat[k][i];
+          sum_w[col] = turn == 0 ? pw : sum_w[col] + pw;
+          sum_b[col] = turn == 0 ? g[k][i] : sum_b[col] + g[k][i];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int64_t col = threadIdx.x; col < d; col += blockDim.x) {
+    partials[blockIdx.x * d + col] = sum_w[col];
+    partials[(gridDim.x + blockIdx.x) * d + col] = sum_b[col];
+  }
+}
+
+// dw[c], db[c] := the sums over `chunks` partial rows (2, chunks, d), in chunk order within each
+// of 8 row lanes and then over the lanes in order: deterministic. Blocks of 32 columns x 8 lanes.
+template <typename T>
+__global__ void layer_norm_dwdb_blocks_kernel(const float* partials, int64_t chunks, int64_t d, T* dw, T* db,
+                                              bool accumulate) {
+  __shared__ float pw[8][33], pb[8][33];
+  const int64_t col = blockIdx.x * 32 + threadIdx.x;
+  float tw = 0.0f, tb = 0.0f;
+  if (col < d)
+    for (int64_t c = threadIdx.y; c < chunks; c += 8) {
+      tw += partials[c * d + col];
+      tb += partials[(chunks + c) * d + col];
+    }
+  pw[threadIdx.y][threadIdx.x] = tw;
+  pb[threadIdx.y][threadIdx.x] = tb;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= d) return;
+  tw = tb = 0.0f;
+  for (int y = 0; y < 8; ++y) {
+    tw += pw[y][threadIdx.x];
+    tb += pb[y][threadIdx.x];
+  }
+  if (dw) dw[col] = from_f<T>(accumulate ? to_f(dw[col]) + tw : tw);
+  if (db) db[col] = from_f<T>(accumulate ? to_f(db[col]) + tb : tb);
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Whether the vectorised kernels take rows of `d` elements of T at these pointers.
@@ -262,8 +370,21 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
   const int64_t d = x.size(-1), rows = x.numel() / d;
   dispatch_floating(x.dtype(), "layer_norm backward", [&](auto zero) {
     using T = decltype(zero);
+    const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    if (dx.defined() && dw.defined() && db.defined() && rows > 0 &&
+        vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()})) {
+      // One pass: see Note [Layer norm backward in one pass].
+      Tensor partials = Tensor::empty({2, static_cast<int64_t>(blocks), d}, DType::kF32, x.device());
+      layer_norm_backward_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d,
+          partials.data<float>());
+      CUDA_CHECK_LAUNCH();
+      layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
+          partials.data<float>(), blocks, d, dw.data<T>(), db.data<T>(), weight_grads == GradWrite::kAccumulate);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     if (dx.defined() && rows > 0) {
-      unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
       if (vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()}))
         layer_norm_dx_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
             x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);

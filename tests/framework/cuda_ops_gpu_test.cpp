@@ -151,6 +151,10 @@ TEST_P(CudaOps, GeluSoftmaxLayerNorm) {
     EXPECT_TRUE(matches(ln_fn, {input({4, 25, d}, gen_, true, -3, 3), input({d}, gen_, true, 0.5, 1.5),
                                 input({d}, gen_)}));
   }
+  // ViT-L/32's rows (32 images x 50 tokens): 200 blocks of partial weight and bias gradients
+  // (Note [Layer norm backward in one pass]) summed in order.
+  EXPECT_TRUE(matches(ln_fn, {input({32, 50, 1024}, gen_, true, -3, 3), input({1024}, gen_, true, 0.5, 1.5),
+                              input({1024}, gen_)}));
 }
 
 TEST_P(CudaOps, Attention) {
