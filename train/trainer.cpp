@@ -438,7 +438,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   // One optimizer step: `accumulate` micro-batches, of which only the last communicates.
   bool poison_loss = false;  // VITDDP_FAULT ...:nan
   auto train_step = [&] {
-    arena.zero_grad();
+    arena.mark_grads_stale();  // not zeroed: overwritten by the first gradient (Note [Gradients in place])
     Tensor step_loss;
     for (int64_t micro = 0; micro < config.accumulate; ++micro) {
       const bool sync = micro + 1 == config.accumulate;
@@ -468,6 +468,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
           GemmSmCarveout carveout(device, ddp.reducer && sync ? config.sm_carveout : 0);
           loss.backward();
         }
+        arena.zero_stale_grads();  // parameters no gradient reached (usually none)
         phase.end_gpu();
         if (ddp.reducer) ddp.reducer->finalize();
       }

@@ -1,5 +1,6 @@
 #include "framework/autograd/node.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "framework/autograd/grad_mode.h"
@@ -24,8 +25,15 @@ const Tensor& Node::saved(size_t i) const {
 // arena's gradient buffer: an extra pass over every gradient and a transient copy of it. A
 // backward that can accumulate (a GEMM with beta = 1, a reduction that adds) writes straight
 // into the leaf's buffer instead. This keeps AccumulateGrad's meaning (the buffer holds the
-// running sum, zeroed by the arena between steps) and its hook timing: the engine still runs
-// AccumulateGrad after every producer of the leaf's gradient, on the same stream.
+// running sum) and its hook timing: the engine still runs AccumulateGrad after every producer
+// of the leaf's gradient, on the same stream.
+//
+// Between steps the arena does not zero the buffer (a pass over every gradient); it marks each
+// leaf's gradient stale (ParamArena::mark_grads_stale). The step's first gradient of a stale
+// leaf overwrites the buffer (a GEMM with beta = 0, whose epilogue can then also write the bias
+// gradient; a reduction that stores) and clears the mark; later ones add. A leaf that no
+// gradient reached stays stale, and ParamArena::zero_stale_grads zeroes it once backward is
+// done, before anything reads the gradients.
 Tensor Node::grad_destination(size_t i) const {
   if (!needs_input_grad(i)) return Tensor();
   auto* acc = dynamic_cast<AccumulateGrad*>(next_edges[i].fn.get());
@@ -37,24 +45,37 @@ Tensor Node::grad_destination(size_t i) const {
 
 Node::WeightGrads Node::weight_grads(const std::vector<std::pair<size_t, Shape>>& inputs, DType dtype,
                                      Device device) const {
-  WeightGrads out{std::vector<Tensor>(inputs.size()), GradWrite::kAccumulate};
+  WeightGrads out{std::vector<Tensor>(inputs.size()), GradWrite::kAccumulate, true};
   bool any = false;
+  std::vector<AutogradMeta*> leaves;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const auto& [index, shape] = inputs[k];
     if (!needs_input_grad(index)) continue;
     any = true;
     Tensor dest = grad_destination(index);
     if (!dest.defined() || dest.dtype() != dtype || dest.device() != device || dest.numel() != shape_numel(shape)) {
-      out.mode = GradWrite::kOverwrite;
+      out.in_place = false;
       break;
     }
     out.tensors[k] = dest.view_as_shape(shape);
+    leaves.push_back(&static_cast<AccumulateGrad*>(next_edges[index].fn.get())->leaf().autograd_meta());
   }
-  if (!any || out.mode == GradWrite::kOverwrite) {
+  if (!any || !out.in_place) {
     out.mode = GradWrite::kOverwrite;
+    out.in_place = false;
     for (size_t k = 0; k < inputs.size(); ++k)
       out.tensors[k] = needs_input_grad(inputs[k].first) ? Tensor::empty(inputs[k].second, dtype, device) : Tensor();
+    return out;
   }
+  // See Note [Gradients in place]: all stale, overwrite; otherwise the stale ones start at zero.
+  const bool all_stale = std::all_of(leaves.begin(), leaves.end(), [](AutogradMeta* m) { return m->grad_stale; });
+  for (size_t k = 0, l = 0; k < inputs.size(); ++k) {
+    if (!out.tensors[k].defined()) continue;
+    AutogradMeta* meta = leaves[l++];
+    if (!all_stale && meta->grad_stale) out.tensors[k].zero_();
+    meta->grad_stale = false;
+  }
+  out.mode = all_stale ? GradWrite::kOverwrite : GradWrite::kAccumulate;
   return out;
 }
 
@@ -66,7 +87,10 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
     VITDDP_ASSERT(incoming.shape() == leaf.shape(), "gradient ", incoming.description(), " for leaf ",
                   leaf.description(), " ", meta.name);
     if (incoming.dtype() != leaf.dtype()) incoming = incoming.to(leaf.dtype());
-    if (meta.grad) {
+    if (meta.grad && meta.grad_stale) {  // the step's first gradient: see Note [Gradients in place]
+      Tensor(meta.grad).copy_(incoming);
+      meta.grad_stale = false;
+    } else if (meta.grad) {
       add_inplace(Tensor(meta.grad), incoming);
     } else {
       // Always a private copy: one gradient tensor can flow to several leaves (add's backward).

@@ -42,13 +42,15 @@ class Node : public std::enable_shared_from_this<Node> {
   Tensor grad_destination(size_t i) const;
 
   // Gradient outputs for the weight-like inputs `inputs` (index, shape the kernel writes): the
-  // leaves' own buffers when every needed one has one (mode kAccumulate), else fresh tensors
-  // (kOverwrite). Entries for inputs that need no gradient are undefined.
+  // leaves' own buffers when every needed one has one (written in place: mode kOverwrite when
+  // they are all stale, the step's first gradient, else kAccumulate), otherwise fresh tensors
+  // (kOverwrite) for AccumulateGrad. Entries for inputs that need no gradient are undefined.
   struct WeightGrads {
     std::vector<Tensor> tensors;
     GradWrite mode;
+    bool in_place = false;
     // What apply() returns for entry k: nothing when written in place.
-    Tensor returned(size_t k) const { return mode == GradWrite::kAccumulate ? Tensor() : tensors[k]; }
+    Tensor returned(size_t k) const { return in_place ? Tensor() : tensors[k]; }
   };
   WeightGrads weight_grads(const std::vector<std::pair<size_t, Shape>>& inputs, DType dtype, Device device) const;
   uint64_t sequence_nr() const { return sequence_nr_; }

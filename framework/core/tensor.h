@@ -36,6 +36,9 @@ struct AutogradMeta {
   std::vector<std::pair<int, GradReadyHook>> grad_ready_hooks;
   int next_hook_id = 0;
   std::string name;                         // parameter name, for error messages
+  // The grad buffer still holds an earlier step's values, to be overwritten, not added to, by
+  // the first gradient of this step (Note [Gradients in place]).
+  bool grad_stale = false;
 };
 
 struct TensorImpl {

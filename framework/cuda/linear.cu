@@ -61,9 +61,9 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
     g.dtype = x.dtype();
     if (weight_grads == GradWrite::kAccumulate) g.beta = 1.0f;
     // A written (not accumulated) bias gradient comes out of the same product: the epilogue sums
-    // dY's columns while dY passes through (one read of dY and one launch fewer). Training
-    // accumulates into the zeroed gradient arena (Note [Gradients in place]), which no
-    // cuBLASLt epilogue can do, so there the column sum below still runs.
+    // dY's columns while dY passes through (one read of dY and one launch fewer). In training
+    // that is the step's first gradient of a layer (Note [Gradients in place]); an added one
+    // (a second micro-batch) takes the column sum below, as no cuBLASLt epilogue adds.
     if (db.defined() && weight_grads == GradWrite::kOverwrite && db.dtype() == x.dtype()) {
       GemmArgs fused = g;
       fused.epilogue = GemmEpilogue::kBiasGradB;

@@ -48,6 +48,22 @@ Tensor ParamArena::grad_slice(int64_t begin, int64_t end) const {
   return flat_grads_.as_strided({end - begin}, {1}, begin);
 }
 
-void ParamArena::zero_grad() { flat_grads_.zero_(); }
+void ParamArena::zero_grad() {
+  flat_grads_.zero_();
+  for (auto& [name, p] : params_) p.autograd_meta().grad_stale = false;
+}
+
+void ParamArena::mark_grads_stale() {
+  for (auto& [name, p] : params_) p.autograd_meta().grad_stale = true;
+}
+
+void ParamArena::zero_stale_grads() {
+  for (auto& [name, p] : params_) {
+    AutogradMeta& meta = p.autograd_meta();
+    if (!meta.grad_stale) continue;
+    p.grad().zero_();
+    meta.grad_stale = false;
+  }
+}
 
 }  // namespace vitddp

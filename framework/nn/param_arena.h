@@ -41,6 +41,12 @@ class ParamArena {
   // A 1-D view of the gradient buffer [begin, end) in elements.
   Tensor grad_slice(int64_t begin, int64_t end) const;
   void zero_grad();
+  // Between steps, instead of zero_grad: every parameter's gradient is marked stale, and the
+  // step's first gradient overwrites it (Note [Gradients in place] in framework/autograd).
+  void mark_grads_stale();
+  // After backward: zeroes the gradients that stayed stale (parameters no gradient reached), so
+  // that every gradient is this step's before the reducer or the optimizer reads it.
+  void zero_stale_grads();
 
  private:
   NamedTensors params_;

@@ -6,6 +6,7 @@
 #include "common/test_utils.h"
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
+#include "framework/ops/reduce.h"
 #include "models/vit/vit.h"
 
 namespace vitddp {
@@ -41,6 +42,62 @@ TEST(GradsInPlace, ArenaGradientsMatchOrdinaryOnesAndHooksFireOnce) {
   // The gradients live in the arena: zeroing it zeroes them.
   arena.zero_grad();
   for (double g : params[5].second.grad().to_vector()) EXPECT_EQ(g, 0.0);
+}
+
+// Between steps the arena marks gradients stale instead of zeroing them: a step's gradients are
+// then bit for bit those of a zeroed arena (the first write overwrites, later ones add), even
+// after a step that left other values in the buffer.
+TEST(GradsInPlace, StaleGradientsAreOverwrittenBitForBit) {
+  VitConfig config = vit_config_by_name("vit_tiny");
+  VisionTransformer zeroed_model(config, 9), stale_model(config, 9);
+  for (auto* m : {&zeroed_model, &stale_model}) {
+    Generator same(5);
+    for (auto& [name, p] : m->named_parameters()) fill_uniform(p, same, -0.2, 0.2);
+  }
+  NamedTensors zp = zeroed_model.named_parameters(), sp = stale_model.named_parameters();
+  ParamArena zeroed(zp, Device::cpu()), stale(sp, Device::cpu());
+  Generator gen(7);
+  for (int step = 0; step < 3; ++step) {
+    Tensor images = testing::random_tensor({3, 3, 32, 32}, gen, DType::kF32);
+    Tensor labels = Tensor::from_vector_i64({1, 3, 5}, {3});
+    zeroed.zero_grad();
+    stale.mark_grads_stale();
+    for (int micro = 0; micro < 2; ++micro) {  // two backward passes: the second adds
+      cross_entropy(zeroed_model.forward(images), labels).backward();
+      cross_entropy(stale_model.forward(images), labels).backward();
+      stale.zero_stale_grads();
+    }
+    EXPECT_EQ(stale.flat_grads().to_vector(), zeroed.flat_grads().to_vector()) << "step " << step;
+  }
+}
+
+// A parameter no gradient reaches keeps last step's values until zero_stale_grads, which zeroes
+// it and leaves the others as backward wrote them.
+TEST(GradsInPlace, AParameterNoGradientReachedIsZeroedAfterBackward) {
+  VitConfig config = vit_config_by_name("vit_tiny");
+  VisionTransformer model(config, 9);
+  NamedTensors params = model.named_parameters();
+  ParamArena arena(params, Device::cpu());
+  Generator gen(8);
+  Tensor images = testing::random_tensor({2, 3, 32, 32}, gen, DType::kF32);
+  Tensor labels = Tensor::from_vector_i64({0, 1}, {2});
+  cross_entropy(model.forward(images), labels).backward();  // every gradient now nonzero somewhere
+  arena.mark_grads_stale();
+  // Only the head's bias gets a gradient this time.
+  Tensor head_bias;
+  for (auto& [name, p] : params)
+    if (name == "heads.head.bias") head_bias = p;
+  ASSERT_TRUE(head_bias.defined());
+  sum(head_bias).backward();
+  arena.zero_stale_grads();
+  for (auto& [name, p] : params) {
+    std::vector<double> g = p.grad().to_vector();
+    if (name == "heads.head.bias") {
+      for (double v : g) EXPECT_EQ(v, 1.0) << name;  // overwritten, not added to last step's
+    } else {
+      for (double v : g) ASSERT_EQ(v, 0.0) << name;
+    }
+  }
 }
 
 }  // namespace
