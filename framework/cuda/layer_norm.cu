@@ -135,57 +135,14 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
   }
 }
 
-template <typename T>
-__global__ void layer_norm_dx_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd, const T* dy,
-                                         T* dx, int64_t rows, int64_t d) {
-  constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
-  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int words = static_cast<int>(d / V);
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * d);
-  const uint4* gr = reinterpret_cast<const uint4*>(dy + row * d);
-  const uint4* wv = reinterpret_cast<const uint4*>(w);
-  const float mu = mean[row], rs = rstd[row];
-  float g[K][V], xhat[K][V];
-  float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int j = lane + 32 * k;
-    if (j >= words) continue;
-    float wf[V];
-    unpack_word<T>(gr[j], g[k]);
-    unpack_word<T>(xr[j], xhat[k]);
-    unpack_word<T>(wv[j], wf);
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      g[k][i] *= wf[i];
-      xhat[k][i] = (xhat[k][i] - mu) * rs;
-      sum_g += g[k][i];
-      sum_gx += g[k][i] * xhat[k][i];
-    }
-  }
-  sum_g = warp_sum(sum_g) / d;
-  sum_gx = warp_sum(sum_gx) / d;
-  uint4* out = reinterpret_cast<uint4*>(dx + row * d);
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int j = lane + 32 * k;
-    if (j >= words) continue;
-    float o[V];
-#pragma unroll
-    for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] - sum_g - xhat[k][i] * sum_gx);
-    out[j] = pack_word<T>(o);
-  }
-}
-
 // Note [Layer norm backward in one pass]
 // The vectorised dx kernel already holds a row's dy and xhat in registers; the weight and bias
 // gradients (column sums of dy * xhat and of dy) come from the same registers instead of a
 // second kernel that reads x and dy again. Each lane adds its columns of its warp's row; the
 // block's warps then add theirs into shared memory one warp after another (a fixed order, so
 // the sums are the same in every run), and the block writes one partial row per gradient. The
-// column sums over the blocks' partials follow in layer_norm_dwdb_blocks_kernel.
+// column sums over the blocks' partials follow in layer_norm_dwdb_blocks_kernel. Without
+// `partials` (no weight or bias gradient wanted) it is the dx kernel alone.
 template <typename T>
 __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd,
                                                const T* dy, T* dx, int64_t rows, int64_t d, float* partials) {
@@ -238,6 +195,7 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
       out[j] = pack_word<T>(o);
     }
   }
+  if (!partials) return;  // the same for the whole block: no barrier is left waiting
   for (int turn = 0; turn < kWarpsPerBlock; ++turn) {  // See Note [Layer norm backward in one pass]
     if (warp == turn) {
 #pragma unroll
@@ -300,7 +258,7 @@ bool vectorizable(int64_t d, std::initializer_list<const void*> pointers) {
 
 // dw[c] = sum_r dy * xhat, db[c] = sum_r dy in two deterministic stages (see reduce.cu's
 // column sums): blocks of (32 columns x 8 row lanes) over chunks of rows write partials
-// (2, chunks, d); one thread per column then adds the chunks in order.
+// (2, chunks, d); layer_norm_dwdb_blocks_kernel then adds the chunks in a fixed order.
 template <typename T>
 __global__ void layer_norm_dwdb_partials_kernel(const T* x, const float* mean, const float* rstd, const T* dy,
                                                 int64_t rows, int64_t d, int64_t rows_per_chunk, float* partials) {
@@ -326,20 +284,6 @@ __global__ void layer_norm_dwdb_partials_kernel(const T* x, const float* mean, c
     }
     partials[blockIdx.y * d + col] = tw;
     partials[(gridDim.y + blockIdx.y) * d + col] = tb;
-  }
-}
-
-template <typename T>
-__global__ void layer_norm_dwdb_finish_kernel(const float* partials, int64_t chunks, int64_t d, T* dw, T* db,
-                                              bool accumulate) {
-  VITDDP_GRID_STRIDE_LOOP(col, d) {
-    float tw = 0.0f, tb = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) {
-      tw += partials[c * d + col];
-      tb += partials[(chunks + c) * d + col];
-    }
-    if (dw) dw[col] = from_f<T>(accumulate ? to_f(dw[col]) + tw : tw);
-    if (db) db[col] = from_f<T>(accumulate ? to_f(db[col]) + tb : tb);
   }
 }
 
@@ -371,29 +315,31 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
   dispatch_floating(x.dtype(), "layer_norm backward", [&](auto zero) {
     using T = decltype(zero);
     const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    if (dx.defined() && dw.defined() && db.defined() && rows > 0 &&
-        vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()})) {
+    const bool param_grads = dw.defined() || db.defined();
+    T* dw_out = dw.defined() ? dw.data<T>() : nullptr;
+    T* db_out = db.defined() ? db.data<T>() : nullptr;
+    const bool accumulate = weight_grads == GradWrite::kAccumulate;
+    if (dx.defined() && rows > 0 && vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()})) {
       // One pass: see Note [Layer norm backward in one pass].
-      Tensor partials = Tensor::empty({2, static_cast<int64_t>(blocks), d}, DType::kF32, x.device());
+      Tensor partials;
+      if (param_grads) partials = Tensor::empty({2, static_cast<int64_t>(blocks), d}, DType::kF32, x.device());
       layer_norm_backward_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
           x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d,
-          partials.data<float>());
+          param_grads ? partials.data<float>() : nullptr);
       CUDA_CHECK_LAUNCH();
-      layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
-          partials.data<float>(), blocks, d, dw.data<T>(), db.data<T>(), weight_grads == GradWrite::kAccumulate);
-      CUDA_CHECK_LAUNCH();
+      if (param_grads) {
+        layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
+            partials.data<float>(), blocks, d, dw_out, db_out, accumulate);
+        CUDA_CHECK_LAUNCH();
+      }
       return;
     }
     if (dx.defined() && rows > 0) {
-      if (vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()}))
-        layer_norm_dx_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
-            x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
-      else
-        layer_norm_dx_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
-            x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
+      layer_norm_dx_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
       CUDA_CHECK_LAUNCH();
     }
-    if (dw.defined() || db.defined()) {
+    if (param_grads) {
       const int64_t col_blocks = (d + 31) / 32;
       const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(1, 512 / col_blocks), (rows + 31) / 32));
       const int64_t per_chunk = (rows + chunks - 1) / chunks;
@@ -402,9 +348,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
       layer_norm_dwdb_partials_kernel<T><<<grid, dim3(32, 8), 0, current_stream()>>>(
           x.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), rows, d, per_chunk, partials.data<float>());
       CUDA_CHECK_LAUNCH();
-      layer_norm_dwdb_finish_kernel<T><<<grid_for(d), kThreads, 0, current_stream()>>>(
-          partials.data<float>(), chunks, d, dw.defined() ? dw.data<T>() : nullptr, db.defined() ? db.data<T>() : nullptr,
-          weight_grads == GradWrite::kAccumulate);
+      layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>(col_blocks), dim3(32, 8), 0, current_stream()>>>(
+          partials.data<float>(), chunks, d, dw_out, db_out, accumulate);
       CUDA_CHECK_LAUNCH();
     }
   });
