@@ -98,7 +98,7 @@ struct DeviceAlgorithms {
   std::unique_ptr<AlgorithmCache> cache;
   std::string dir;   // the folder it was made for
   std::string path;  // "" : nowhere to keep them
-  bool warned = false;
+  bool told_unusable = false, told_unsaved = false;  // each note once
 };
 
 DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
@@ -123,14 +123,23 @@ DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
   return d;
 }
 
-// Re-reads the kept choices (other processes may have added some); notes once a file that
-// cannot be used, which the next save replaces.
-void reload(DeviceAlgorithms& kept) {
-  const std::string problem = kept.cache->load(kept.path);
-  if (problem.empty() || kept.warned) return;
-  std::cerr << "note: GEMM algorithm cache: " << problem << "; tuning afresh and rewriting it\n";
-  kept.warned = true;
-}
+// The file's lock, held for the object's life, with the kept choices re-read under it (other
+// processes may have added some); notes once a file that cannot be used, which the next save
+// replaces. Nothing to lock or read without a file.
+class RereadUnderLock {
+ public:
+  explicit RereadUnderLock(DeviceAlgorithms& kept) {
+    if (kept.path.empty()) return;
+    lock_.emplace(kept.path + ".lock");
+    const std::string problem = kept.cache->load(kept.path);
+    if (problem.empty() || kept.told_unusable) return;
+    std::cerr << "note: GEMM algorithm cache: " << problem << "; tuning afresh and rewriting it\n";
+    kept.told_unusable = true;
+  }
+
+ private:
+  std::optional<FileLock> lock_;
+};
 
 cublasLtMatmulAlgo_t algorithm_from(const AlgorithmCache::Record& r) {
   static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(AlgorithmCache::Record), "cuBLASLt algorithm size changed");
@@ -153,15 +162,9 @@ bool runs_here(const Plan& plan, cublasLtMatmulAlgo_t algo, CudaContext& ctx) {
          check.workspaceSize <= ctx.workspace_bytes();
 }
 
-// The kept choice for `problem`, if the file holds one this plan can run (re-read under the
-// file's lock: processes sharing the file see each other's choices).
-std::optional<cublasLtMatmulAlgo_t> kept_choice(DeviceAlgorithms& kept, const std::string& problem, const Plan& plan,
-                                                CudaContext& ctx) {
-  std::optional<FileLock> lock;
-  if (!kept.path.empty()) {
-    lock.emplace(kept.path + ".lock");
-    reload(kept);
-  }
+// The kept choice for `problem`, if there is one this plan can run.
+std::optional<cublasLtMatmulAlgo_t> kept_choice(const DeviceAlgorithms& kept, const std::string& problem,
+                                                const Plan& plan, CudaContext& ctx) {
   AlgorithmCache::Record record;
   if (!kept.cache->find(problem, &record)) return std::nullopt;
   const cublasLtMatmulAlgo_t algo = algorithm_from(record);
@@ -172,14 +175,9 @@ std::optional<cublasLtMatmulAlgo_t> kept_choice(DeviceAlgorithms& kept, const st
 // Keeps plan->algo for `problem`, unless another process kept a choice for it while this one
 // was timing: then the plan takes that one, so that every process makes the file's choice.
 void keep_choice(DeviceAlgorithms& kept, const std::string& problem, Plan* plan, CudaContext& ctx) {
-  std::optional<FileLock> lock;
-  if (!kept.path.empty()) {
-    lock.emplace(kept.path + ".lock");
-    reload(kept);
-  }
-  AlgorithmCache::Record record;
-  if (kept.cache->find(problem, &record) && runs_here(*plan, algorithm_from(record), ctx)) {
-    plan->algo = algorithm_from(record);
+  RereadUnderLock reread(kept);
+  if (const std::optional<cublasLtMatmulAlgo_t> theirs = kept_choice(kept, problem, *plan, ctx)) {
+    plan->algo = *theirs;
     return;
   }
   kept.cache->put(problem, record_of(plan->algo));
@@ -187,10 +185,10 @@ void keep_choice(DeviceAlgorithms& kept, const std::string& problem, Plan* plan,
   try {
     kept.cache->save(kept.path);
   } catch (const Error& e) {
-    if (!kept.warned)
+    if (!kept.told_unsaved)
       std::cerr << "note: GEMM algorithm cache: " << e.what()
                 << "; this run's choices are not kept, so later runs may choose differently\n";
-    kept.warned = true;
+    kept.told_unsaved = true;
   }
 }
 
@@ -231,6 +229,7 @@ void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t&
 // before choosing and before keeping, and a choice kept meanwhile by another wins, so all of
 // them make the file's choice; the timing itself runs unlocked (it waits for the stream,
 // which may wait for a collective that another process can only join after its lookup).
+
 // The fastest candidate that ran; nothing when none could be timed (the stream is being
 // captured, no memory for the scratch output, or every candidate failed).
 std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Plan& plan, const GemmArgs& g,
@@ -336,9 +335,12 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   if (found > 1 && gemm_autotune()) {
     DeviceAlgorithms& kept = algorithms_for(key.device, ctx);
     const std::string problem = describe(key);
-    if (const std::optional<cublasLtMatmulAlgo_t> algo = kept_choice(kept, problem, plan, ctx)) {
-      plan.algo = *algo;  // chosen by an earlier run (or another process): choose it again
-      return plan;
+    {
+      RereadUnderLock reread(kept);
+      if (const std::optional<cublasLtMatmulAlgo_t> algo = kept_choice(kept, problem, plan, ctx)) {
+        plan.algo = *algo;  // chosen by an earlier run (or another process): choose it again
+        return plan;
+      }
     }
     // Timed without the file lock: the timing waits for this stream, which may wait for a
     // collective that a process sharing the file can only join once it has the lock.
