@@ -259,7 +259,8 @@ class PowerSgdWork final : public Work {
     std::shared_ptr<Work> q_work, flat_work;
     Plan plan;
     GradBucket bucket;
-    Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32 copy)
+    Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32
+                          // copy), held until the products that read it are done
     Tensor compensated;   // f32(bucket) + error, then the new error; undefined without error feedback
     Tensor p, q, flat;
     PowerSgdState::Bucket* state = nullptr;

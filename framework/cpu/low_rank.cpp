@@ -1,11 +1,19 @@
 #include "framework/cpu/low_rank.h"
 
 #include <cmath>
-#include <type_traits>
 
 #include "framework/core/scalar_types.h"
 
-namespace vitddp::cpu {
+namespace vitddp {
+
+void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& g, const Tensor& out) {
+  const int64_t last = g.offset + (g.count - 1) * g.stride + g.n * g.m;
+  VITDDP_CHECK(g.count >= 1 && g.rank >= 1 && last <= out.numel() && g.p_offset + g.count * g.n * g.rank <= p.numel() &&
+                   g.q_offset + g.count * g.m * g.rank <= q.numel(),
+               "expand_low_rank: a group outside its buffers");
+}
+
+namespace cpu {
 namespace {
 
 // Calls fn(T{}) for the element types a gradient bucket may have.
@@ -47,10 +55,7 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
   check_f32(p, "expand_low_rank");
   check_f32(q, "expand_low_rank");
   check_tensor(out.is_contiguous(), "expand_low_rank", "a contiguous bucket", out);
-  const int64_t last = g.offset + (g.count - 1) * g.stride + g.n * g.m;
-  VITDDP_CHECK(g.count >= 1 && g.rank >= 1 && last <= out.numel() && g.p_offset + g.count * g.n * g.rank <= p.numel() &&
-                   g.q_offset + g.count * g.m * g.rank <= q.numel(),
-               "expand_low_rank: a group outside its buffers");
+  check_low_rank_group(p, q, g, out);
   if (residual.defined()) {
     check_f32(residual, "expand_low_rank");
     VITDDP_CHECK(residual.numel() == out.numel(), "expand_low_rank: ", residual.description(), " vs ",
@@ -83,4 +88,5 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
   if (bad) flag.data<int64_t>()[0] = 1;
 }
 
-}  // namespace vitddp::cpu
+}  // namespace cpu
+}  // namespace vitddp

@@ -20,6 +20,10 @@ struct LowRankGroup {
   int64_t p_offset = 0, q_offset = 0;
 };
 
+// Throws vitddp::Error when a group's matrices or factors lie outside out, p or q (both
+// backends check with it).
+void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out);
+
 namespace cpu {
 // out (f32) := f32(grad) + error; grad f32/bf16/f16, all contiguous with one numel.
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);

@@ -65,10 +65,7 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
   check_f32(p, "expand_low_rank");
   check_f32(q, "expand_low_rank");
   check_tensor(out.is_contiguous() && out.device().is_cuda(), "expand_low_rank", "a contiguous CUDA bucket", out);
-  const int64_t last = g.offset + (g.count - 1) * g.stride + g.n * g.m;
-  VITDDP_CHECK(g.count >= 1 && g.rank >= 1 && last <= out.numel() && g.p_offset + g.count * g.n * g.rank <= p.numel() &&
-                   g.q_offset + g.count * g.m * g.rank <= q.numel(),
-               "expand_low_rank: a group outside its buffers");
+  check_low_rank_group(p, q, g, out);
   VITDDP_CHECK(g.count * g.n <= int64_t(0x7fffffff), "expand_low_rank: too many rows for one launch");
   float* res = nullptr;
   if (residual.defined()) {
