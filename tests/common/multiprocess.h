@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ class TempFolder {
   TempFolder(const TempFolder&) = delete;
   TempFolder& operator=(const TempFolder&) = delete;
   const std::string& path() const { return path_; }
+  // A path inside the folder: `folder / "file.json"`.
+  std::filesystem::path operator/(const std::string& name) const { return std::filesystem::path(path_) / name; }
 
  private:
   std::string path_;

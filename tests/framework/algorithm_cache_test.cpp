@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/temp_dir.h"
+#include "common/multiprocess.h"
 #include "framework/core/error.h"
 #include "framework/io/algorithm_cache.h"
 #include "framework/io/file_lock.h"
@@ -20,17 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("vitddp_algo_cache") {}
-};
-
 void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 const AlgorithmCache::Record kRecord = {0, 1, 0xffffffffffffffffull, 0x0123456789abcdefull, 42, 7, 0x8000000000000000ull, 3};
 
 TEST(AlgorithmCache, WhatOneRunSavesTheNextFindsWordForWord) {
-  TempDir dir;
-  const std::string file = (dir.path / "algos.json").string();
+  testing::TempFolder dir("vitddp_algo_cache");
+  const std::string file = (dir / "algos.json").string();
   AlgorithmCache a("H200 sm_90, cuBLASLt 130200");
   a.put("bf16 op=NT m=1024 n=1600 k=4096", kRecord);
   a.put("f32 tf32 op=NN m=3072 n=1600 k=1024", AlgorithmCache::Record{9, 8, 7, 6, 5, 4, 3, 2});
@@ -46,15 +42,15 @@ TEST(AlgorithmCache, WhatOneRunSavesTheNextFindsWordForWord) {
 }
 
 TEST(AlgorithmCache, AMissingFileIsAnEmptyCache) {
-  TempDir dir;
+  testing::TempFolder dir("vitddp_algo_cache");
   AlgorithmCache c("ctx");
-  EXPECT_EQ(c.load((dir.path / "none.json").string()), "");
+  EXPECT_EQ(c.load((dir / "none.json").string()), "");
   EXPECT_EQ(c.size(), 0u);
 }
 
 TEST(AlgorithmCache, AFileForAnotherGpuOrLibraryIsSetAside) {
-  TempDir dir;
-  const std::string file = (dir.path / "algos.json").string();
+  testing::TempFolder dir("vitddp_algo_cache");
+  const std::string file = (dir / "algos.json").string();
   AlgorithmCache a("H200 sm_90, cuBLASLt 130200");
   a.put("k", kRecord);
   a.save(file);
@@ -65,8 +61,8 @@ TEST(AlgorithmCache, AFileForAnotherGpuOrLibraryIsSetAside) {
 }
 
 TEST(AlgorithmCache, MalformedFilesAreSetAsideWithAReason) {
-  TempDir dir;
-  const fs::path file = dir.path / "algos.json";
+  testing::TempFolder dir("vitddp_algo_cache");
+  const fs::path file = dir / "algos.json";
   const std::string head = R"({"version": 1, "context": "ctx", "algorithms": )";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{not json", "not a JSON object"},
@@ -88,10 +84,10 @@ TEST(AlgorithmCache, MalformedFilesAreSetAsideWithAReason) {
 }
 
 TEST(AlgorithmCache, SavingIntoAFolderThatDoesNotExistThrowsNamingTheFile) {
-  TempDir dir;
+  testing::TempFolder dir("vitddp_algo_cache");
   AlgorithmCache c("ctx");
   c.put("k", kRecord);
-  const std::string file = (dir.path / "missing" / "algos.json").string();
+  const std::string file = (dir / "missing" / "algos.json").string();
   try {
     c.save(file);
     FAIL() << "no error";
@@ -102,9 +98,9 @@ TEST(AlgorithmCache, SavingIntoAFolderThatDoesNotExistThrowsNamingTheFile) {
 
 // A second process waits for the first's lock on the same file (ranks sharing one cache file).
 TEST(FileLock, ASecondProcessWaitsForTheFirst) {
-  TempDir dir;
-  const std::string lock_path = (dir.path / "cache.json.lock").string();
-  const std::string ready = (dir.path / "child-has-lock").string();
+  testing::TempFolder dir("vitddp_algo_cache");
+  const std::string lock_path = (dir / "cache.json.lock").string();
+  const std::string ready = (dir / "child-has-lock").string();
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {

@@ -3,14 +3,12 @@
 // the choice back; the product's values are those of the CPU.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/gpu.h"
+#include "common/multiprocess.h"
 #include "common/test_utils.h"
 #include "framework/io/algorithm_cache.h"
 #include "framework/ops/ops.h"
@@ -26,10 +24,8 @@ namespace fs = std::filesystem;
 TEST(GemmAutotuneGpu, ChoicesAreKeptInAFilePerGpu) {
   VITDDP_REQUIRE_GPU();
 #if VITDDP_WITH_CUDA
-  const fs::path dir = fs::temp_directory_path() / ("vitddp_gemm_cache_" + std::to_string(::getpid()) + "_" +
-                                                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  fs::create_directories(dir);
-  cuda::set_gemm_autotune(true, dir.string());
+  testing::TempFolder dir("vitddp_gemm_cache");
+  cuda::set_gemm_autotune(true, dir.path());
   Generator gen(31);
   Tensor x = testing::random_tensor({8, 50, 224}, gen, DType::kF32);  // a shape no other test uses
   Tensor w = testing::random_tensor({352, 224}, gen, DType::kF32);
@@ -39,7 +35,7 @@ TEST(GemmAutotuneGpu, ChoicesAreKeptInAFilePerGpu) {
   cuda::set_gemm_autotune(false);
   EXPECT_LE(testing::relative_error(gpu.to(Device::cpu()), cpu), 1e-5);
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(dir.path())) files.push_back(e.path());
   ASSERT_EQ(files.size(), 1u) << "one file for cuda:0";
   EXPECT_NE(files[0].filename().string().find("cuda0"), std::string::npos) << files[0];
   // Read back under the context the file names: the entries are there.
@@ -52,7 +48,6 @@ TEST(GemmAutotuneGpu, ChoicesAreKeptInAFilePerGpu) {
   AlgorithmCache kept(context);
   EXPECT_EQ(kept.load(files[0].string()), "");
   EXPECT_GE(kept.size(), 1u);
-  fs::remove_all(dir);
 #endif
 }
 

@@ -11,7 +11,7 @@
 
 #include "common/ddp_harness.h"
 #include "common/gpu.h"
-#include "common/temp_dir.h"
+#include "common/multiprocess.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
 
@@ -19,10 +19,6 @@ namespace vitddp {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("vitddp_resume_gpu") {}
-};
 
 std::pair<int, std::string> run(const std::string& args) {
   testing::TrainOutcome o = testing::run_train("", args, /*use_gpus=*/true, 600);
@@ -49,10 +45,10 @@ const std::string kRun = "--model vit_tiny --data gpu --batch-size 16 --warmup 0
 }
 
 void check_resume(const std::string& extra) {
-  TempDir dir;
-  const std::string straight = (dir.path / "straight.safetensors").string();
-  const std::string resumed = (dir.path / "resumed.safetensors").string();
-  const std::string ckpt = (dir.path / "ckpt").string();
+  testing::TempFolder dir("vitddp_resume_gpu");
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string();
+  const std::string ckpt = (dir / "ckpt").string();
   auto [a, out_a] = run(kRun + extra + " --steps 10 --save " + straight);
   ASSERT_EQ(a, 0) << out_a;
   auto [b, out_b] = run(kRun + extra + " --steps 6 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
@@ -68,10 +64,10 @@ void check_resume(const std::string& extra) {
 // match the uninterrupted run's.
 TEST(ResumeGpu, KilledDuringASaveResumesFromThePreviousCheckpoint) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  TempDir dir;
-  const std::string straight = (dir.path / "straight.safetensors").string();
-  const std::string resumed = (dir.path / "resumed.safetensors").string();
-  const std::string ckpt = (dir.path / "ckpt").string();
+  testing::TempFolder dir("vitddp_resume_gpu");
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string();
+  const std::string ckpt = (dir / "ckpt").string();
   const std::string two = " --gpus 2 --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --timeout 60";
   auto [a, out_a] = run(kRun + two + " --steps 8 --save " + straight);
   ASSERT_EQ(a, 0) << out_a;

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/temp_dir.h"
+#include "common/multiprocess.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
@@ -27,10 +27,6 @@ std::pair<int, std::string> run(const std::string& args) {
   return {o.code, o.out};
 }
 
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("vitddp_resume") {}
-};
-
 std::vector<std::vector<double>> weights(const std::string& file) {
   std::vector<std::vector<double>> out;
   for (auto& [name, t] : read_safetensors(file).tensors) out.push_back(t.to_vector());
@@ -42,10 +38,10 @@ const std::string kRun = "--model vit_tiny --batch-size 4 --workers 2 --warmup 0
                          "--lr 0.01 --dropout 0.1 --print-every 0";
 
 void check_exact_resume(const std::string& extra) {
-  TempDir dir;
-  const std::string straight = (dir.path / "straight.safetensors").string();
-  const std::string resumed = (dir.path / "resumed.safetensors").string();
-  const std::string ckpt = (dir.path / "ckpt").string();
+  testing::TempFolder dir("vitddp_resume");
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string();
+  const std::string ckpt = (dir / "ckpt").string();
   auto [a, out_a] = run(kRun + extra + " --steps 10 --save " + straight);
   ASSERT_EQ(a, 0) << out_a;
   auto [b, out_b] = run(kRun + extra + " --steps 6 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
@@ -65,10 +61,10 @@ TEST(Resume, OneProcessIsBitExact) { check_exact_resume(""); }
 // save halfway): the step-2 checkpoint is whole, --resume continues from it, and the weights are
 // those of the uninterrupted run, bit for bit.
 TEST(Resume, KilledDuringASaveResumesFromThePreviousCheckpoint) {
-  TempDir dir;
-  const std::string straight = (dir.path / "straight.safetensors").string();
-  const std::string resumed = (dir.path / "resumed.safetensors").string();
-  const std::string ckpt = (dir.path / "ckpt").string();
+  testing::TempFolder dir("vitddp_resume");
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string();
+  const std::string ckpt = (dir / "ckpt").string();
   const std::string two = " --procs 2 --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --timeout 60";
   auto [a, out_a] = run(kRun + two + " --steps 8 --save " + straight);
   ASSERT_EQ(a, 0) << out_a;
@@ -138,10 +134,10 @@ int stopped_after(const std::string& text) {
 }
 
 TEST(Resume, SigintStopsAtAStepBoundaryAndSaves) {
-  TempDir dir;
-  const std::string ckpt = (dir.path / "ckpt").string();
+  testing::TempFolder dir("vitddp_resume");
+  const std::string ckpt = (dir / "ckpt").string();
   auto [status, text] = interrupt_after_step_3(
-      kRun + " --steps 100000 --print-every 1 --checkpoint-dir " + ckpt, (dir.path / "log").string());
+      kRun + " --steps 100000 --print-every 1 --checkpoint-dir " + ckpt, (dir / "log").string());
   EXPECT_EQ(status, 0) << text;
   EXPECT_NE(text.find("checkpoint: "), std::string::npos) << text;
   // Continue for two more steps than were done.
@@ -156,11 +152,11 @@ TEST(Resume, SigintStopsAtAStepBoundaryAndSaves) {
 // step (Note [Stopping on a signal] in train/trainer.cpp), both save that step, everything exits
 // 0, and --resume continues from it.
 TEST(Resume, SigintAtTheLauncherStopsBothRanksAfterTheSameStep) {
-  TempDir dir;
-  const std::string ckpt = (dir.path / "ckpt").string();
+  testing::TempFolder dir("vitddp_resume");
+  const std::string ckpt = (dir / "ckpt").string();
   const std::string ddp = " --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05";
   auto [status, text] = interrupt_after_step_3(
-      kRun + ddp + " --steps 100000 --print-every 1 --timeout 30 --checkpoint-dir " + ckpt, (dir.path / "log").string());
+      kRun + ddp + " --steps 100000 --print-every 1 --timeout 30 --checkpoint-dir " + ckpt, (dir / "log").string());
   EXPECT_EQ(status, 0) << text;
   EXPECT_EQ(text.find("launcher: rank"), std::string::npos) << text;  // no rank failed
   const int done = stopped_after(text);
