@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "framework/core/error.h"
+#include "framework/io/atomic_file.h"
 
 namespace vitddp {
 
@@ -122,59 +123,6 @@ std::vector<std::string> list_directory(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
-}
-
-void write_all(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error(path + ": cannot write: " + errno_text(errno));
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-// A file written as "<path>.tmp.<pid>" and renamed over `path` by commit(); removed if never
-// committed (an exception on the way).
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error(tmp_ + ": cannot write: " + errno_text(errno));
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const char* data, size_t n) { write_all(fd_, data, n, tmp_); }
-  const std::string& tmp_path() const { return tmp_; }
-  // fsync, close, rename over the final path, fsync the folder.
-  void commit() {
-    if (::fsync(fd_) != 0) throw Error(tmp_ + ": cannot fsync: " + errno_text(errno));
-    int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) throw Error(tmp_ + ": cannot close: " + errno_text(errno));
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-      throw Error(path_ + ": cannot rename " + tmp_ + " over it: " + errno_text(errno));
-    committed_ = true;
-    fsync_directory(parent_of(path_));
-  }
-
- private:
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  AtomicFile file(path);
-  file.write(text.data(), text.size());
-  file.commit();
 }
 
 // A file opened for reading, closed when it goes out of scope; throws naming the path.
@@ -511,12 +459,12 @@ struct Written {
   uint32_t crc = 0;
 };
 
-// Streams the tensors into an AtomicFile, computing the size and CRC on the way.
+// Streams the tensors into an AtomicFileWriter, computing the size and CRC on the way.
 Written write_tensors_file(const std::string& path, const NamedTensors& tensors,
                            const std::map<std::string, std::string>& metadata, bool pause) {
   uint64_t data_bytes = 0;
   for (const auto& [name, t] : tensors) data_bytes += t.nbytes();
-  AtomicFile file(path);
+  AtomicFileWriter file(path);
   Written w;
   uint32_t crc = 0;
   uint64_t pause_at = UINT64_MAX;  // set once the header's size is known
@@ -590,7 +538,7 @@ void apply_retention(const std::string& dir, int64_t step, int rank, int world_s
 void update_latest(const std::string& dir, int64_t step, int world_size) {
   for (const auto& [s, path] : step_folders(dir)) {
     if (s > step || !all_records_present(path, world_size)) continue;
-    write_text_atomically(join_path(dir, "LATEST"), checkpoint_step_name(s) + "\n");
+    write_file_atomically(join_path(dir, "LATEST"), checkpoint_step_name(s) + "\n");
     return;
   }
 }
@@ -754,7 +702,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
       {"format", kFormat}, {"step", std::to_string(state.step)}, {"rank", std::to_string(state.rank)}};
   Written w = write_tensors_file(join_path(step_dir, tensors_file), checkpoint_tensors(state), metadata,
                                  pause_requested(state.step));
-  write_text_atomically(record_path, record_text(state, tensors_file, w.bytes, w.crc));
+  write_file_atomically(record_path, record_text(state, tensors_file, w.bytes, w.crc));
 
   apply_retention(dir, state.step, state.rank, state.world_size, options.keep);
   if (state.rank == 0) update_latest(dir, state.step, state.world_size);

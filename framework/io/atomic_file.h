@@ -18,6 +18,7 @@ class AtomicFileWriter {
 
   void write(const void* data, size_t n);
   void commit();
+  const std::string& tmp_path() const { return tmp_; }
 
  private:
   [[noreturn]] void fail(int err);
