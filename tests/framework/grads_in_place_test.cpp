@@ -3,6 +3,8 @@
 // across backward passes, and still fire every gradient-ready hook once.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+
 #include "common/test_utils.h"
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
@@ -12,13 +14,18 @@
 namespace vitddp {
 namespace {
 
-TEST(GradsInPlace, ArenaGradientsMatchOrdinaryOnesAndHooksFireOnce) {
-  VitConfig config = vit_config_by_name("vit_tiny");
-  VisionTransformer plain(config, 9), arena_model(config, 9);
-  for (auto* m : {&plain, &arena_model}) {
+// The same weights in every model (small, so that no activation saturates).
+void fill_alike(std::initializer_list<VisionTransformer*> models) {
+  for (VisionTransformer* m : models) {
     Generator same(5);
     for (auto& [name, p] : m->named_parameters()) fill_uniform(p, same, -0.2, 0.2);
   }
+}
+
+TEST(GradsInPlace, ArenaGradientsMatchOrdinaryOnesAndHooksFireOnce) {
+  VitConfig config = vit_config_by_name("vit_tiny");
+  VisionTransformer plain(config, 9), arena_model(config, 9);
+  fill_alike({&plain, &arena_model});
   Generator gen(6);
   Tensor images = testing::random_tensor({3, 3, 32, 32}, gen, DType::kF32);
   Tensor labels = Tensor::from_vector_i64({2, 4, 6}, {3});
@@ -50,10 +57,7 @@ TEST(GradsInPlace, ArenaGradientsMatchOrdinaryOnesAndHooksFireOnce) {
 TEST(GradsInPlace, StaleGradientsAreOverwrittenBitForBit) {
   VitConfig config = vit_config_by_name("vit_tiny");
   VisionTransformer zeroed_model(config, 9), stale_model(config, 9);
-  for (auto* m : {&zeroed_model, &stale_model}) {
-    Generator same(5);
-    for (auto& [name, p] : m->named_parameters()) fill_uniform(p, same, -0.2, 0.2);
-  }
+  fill_alike({&zeroed_model, &stale_model});
   NamedTensors zp = zeroed_model.named_parameters(), sp = stale_model.named_parameters();
   ParamArena zeroed(zp, Device::cpu()), stale(sp, Device::cpu());
   Generator gen(7);
