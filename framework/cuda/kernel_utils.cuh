@@ -83,4 +83,47 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 #define VITDDP_GRID_STRIDE_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
+// Elements [from, n) over the grid: the scalar tail after a loop over quads.
+#define VITDDP_GRID_STRIDE_LOOP_FROM(i, from, n)                                      \
+  for (int64_t i = (from) + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+// N consecutive elements moved in one access; N = 4 is a quad (16 bytes of f32, 8 of bf16 or
+// f16): a long elementwise pass over quads issues a quarter of the memory instructions and
+// index computations. Pack k holds elements [k * N, k * N + N).
+template <typename T, int N>
+struct alignas(N * sizeof(T)) Pack {
+  T v[N];
+};
+
+template <int N, typename T>
+__device__ __forceinline__ void load_pack(const T* p, int64_t k, float (&out)[N]) {
+  const Pack<T, N> w = reinterpret_cast<const Pack<T, N>*>(p)[k];
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_f(w.v[i]);
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void store_pack(T* p, int64_t k, const float (&in)[N]) {
+  Pack<T, N> w;
+#pragma unroll
+  for (int i = 0; i < N; ++i) w.v[i] = from_f<T>(in[i]);
+  reinterpret_cast<Pack<T, N>*>(p)[k] = w;
+}
+
+template <typename T>
+__device__ __forceinline__ void load_quad(const T* p, int64_t q, float (&out)[4]) {
+  load_pack<4>(p, q, out);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_quad(T* p, int64_t q, const float (&in)[4]) {
+  store_pack<4>(p, q, in);
+}
+
+// Whether `p` (of elements of `element_bytes`) may be read as quads; a null pointer may.
+inline bool quad_aligned(const void* p, size_t element_bytes) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * element_bytes) == 0;
+}
+
 }  // namespace vitddp::cuda

@@ -219,25 +219,33 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
   }
 }
 
-// dw[c], db[c] := the sums over `chunks` partial rows (2, chunks, d), in chunk order within each
-// of 8 row lanes and then over the lanes in order: deterministic. Blocks of 32 columns x 8 lanes.
+// dw[c], db[c] := the sums over `chunks` partial rows (2, chunks, d). Blocks of 32 columns x
+// kChunkLanes lanes: lane y adds chunks y, y + kChunkLanes, ... in order, then one warp adds the
+// lanes in order, so the sums are the same in every run. Many lanes matter: the one-pass
+// backward leaves one partial row per block of rows (200 for ViT-L's 1600 rows), and a lane
+// that walked 25 of them one after another waited out 25 L2 latencies (Note [Layer norm
+// backward in one pass]).
+constexpr int kChunkLanes = 32;
+
 template <typename T>
 __global__ void layer_norm_dwdb_blocks_kernel(const float* partials, int64_t chunks, int64_t d, T* dw, T* db,
                                               bool accumulate) {
-  __shared__ float pw[8][33], pb[8][33];
+  __shared__ float pw[kChunkLanes][33], pb[kChunkLanes][33];
   const int64_t col = blockIdx.x * 32 + threadIdx.x;
   float tw = 0.0f, tb = 0.0f;
-  if (col < d)
-    for (int64_t c = threadIdx.y; c < chunks; c += 8) {
+  if (col < d) {
+#pragma unroll 4
+    for (int64_t c = threadIdx.y; c < chunks; c += kChunkLanes) {
       tw += partials[c * d + col];
       tb += partials[(chunks + c) * d + col];
     }
+  }
   pw[threadIdx.y][threadIdx.x] = tw;
   pb[threadIdx.y][threadIdx.x] = tb;
   __syncthreads();
   if (threadIdx.y != 0 || col >= d) return;
   tw = tb = 0.0f;
-  for (int y = 0; y < 8; ++y) {
+  for (int y = 0; y < kChunkLanes; ++y) {
     tw += pw[y][threadIdx.x];
     tb += pb[y][threadIdx.x];
   }
@@ -328,7 +336,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
           param_grads ? partials.data<float>() : nullptr);
       CUDA_CHECK_LAUNCH();
       if (param_grads) {
-        layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, 8), 0, current_stream()>>>(
+        layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>((d + 31) / 32), dim3(32, kChunkLanes), 0,
+                                           current_stream()>>>(
             partials.data<float>(), blocks, d, dw_out, db_out, accumulate);
         CUDA_CHECK_LAUNCH();
       }
@@ -348,7 +357,8 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
       layer_norm_dwdb_partials_kernel<T><<<grid, dim3(32, 8), 0, current_stream()>>>(
           x.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), rows, d, per_chunk, partials.data<float>());
       CUDA_CHECK_LAUNCH();
-      layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>(col_blocks), dim3(32, 8), 0, current_stream()>>>(
+      layer_norm_dwdb_blocks_kernel<T><<<static_cast<unsigned>(col_blocks), dim3(32, kChunkLanes), 0,
+                                         current_stream()>>>(
           partials.data<float>(), chunks, d, dw_out, db_out, accumulate);
       CUDA_CHECK_LAUNCH();
     }

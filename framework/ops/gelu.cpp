@@ -1,4 +1,4 @@
-// gelu: checks, the autograd node and device dispatch. Kernels: cpu/gelu.cpp (cuda/ in [2/7]).
+// gelu: checks, the autograd node and device dispatch. Kernels: cpu/gelu.cpp, cuda/gelu.cu.
 #include "framework/ops/gelu.h"
 
 #include "framework/autograd/node.h"

@@ -6,8 +6,10 @@
 #include <cstdlib>
 
 #include "common/gpu.h"
+#include "framework/cpu/gelu.h"
 #include "framework/cpu/linear.h"
 #include "framework/cuda/context.h"
+#include "framework/cuda/gelu.h"
 #include "framework/cuda/linear.h"
 #include "framework/ops/ops.h"
 
@@ -155,6 +157,28 @@ TEST_P(CudaOps, GeluSoftmaxLayerNorm) {
   // (Note [Layer norm backward in one pass]) summed in order.
   EXPECT_TRUE(matches(ln_fn, {input({32, 50, 1024}, gen_, true, -3, 3), input({1024}, gen_, true, 0.5, 1.5),
                               input({1024}, gen_)}));
+}
+
+// The GELU kernels go four elements at a time over quad-aligned operands and one at a time
+// over the rest: a length with a tail, and views one element in (not aligned), both agree.
+TEST_P(CudaOps, GeluTailsAndUnalignedViews) {
+  auto gelu_fn = [](const std::vector<Tensor>& t) { return gelu(t[0]); };
+  EXPECT_TRUE(matches(gelu_fn, {input({3, 333}, gen_, true, -4, 4)}));
+  const DType dtype = GetParam().dtype;
+  Tensor x = input({1003}, gen_, false, -4, 4).to(dtype).to(Device::cuda(0));
+  Tensor dy = input({1003}, gen_, false).to(dtype).to(Device::cuda(0));
+  Tensor dx = Tensor::empty({1003}, dtype, Device::cuda(0));
+  Tensor y = Tensor::empty({1003}, dtype, Device::cuda(0));
+  auto one_in = [](const Tensor& t) { return t.as_strided({1001}, {1}, 1); };
+  cuda::gelu_forward(one_in(x), one_in(y));
+  cuda::gelu_backward(one_in(x), one_in(dy), one_in(dx));
+  auto host_f32 = [&](const Tensor& t) { return one_in(t).to(Device::cpu()).to(DType::kF32).contiguous(); };
+  Tensor y_ref = Tensor::empty({1001}, DType::kF32, Device::cpu());
+  Tensor dx_ref = Tensor::empty({1001}, DType::kF32, Device::cpu());
+  cpu::gelu_forward(host_f32(x), y_ref);
+  cpu::gelu_backward(host_f32(x), host_f32(dy), dx_ref);
+  EXPECT_LE(testing::relative_error(host_f32(y), y_ref), GetParam().rtol);
+  EXPECT_LE(testing::relative_error(host_f32(dx), dx_ref), GetParam().rtol);
 }
 
 TEST_P(CudaOps, Attention) {

@@ -1,6 +1,6 @@
-// The GEMM autotuner keeps its choices (Note [Choosing a GEMM algorithm]): a product at a new
-// shape, tuned with a cache folder, leaves a file for this GPU from which a later run reads
-// the choice back; the product's values are those of the CPU.
+// The GEMM autotuner keeps its choices (Note [Choosing a GEMM algorithm]): a product at a
+// new shape, tuned with a cache folder, leaves a file for this GPU (and its lock) from which
+// a later run reads the choice back; the product's values are those of the CPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -34,9 +34,15 @@ TEST(GemmAutotuneGpu, ChoicesAreKeptInAFilePerGpu) {
   Tensor cpu = linear(x, w, b);
   cuda::set_gemm_autotune(false);
   EXPECT_LE(testing::relative_error(gpu.to(Device::cpu()), cpu), 1e-5);
+  // One choices file for cuda:0, and beside it the lock that serialises writers.
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir.path())) files.push_back(e.path());
+  std::vector<fs::path> locks;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    (e.path().extension() == ".lock" ? locks : files).push_back(e.path());
+  }
   ASSERT_EQ(files.size(), 1u) << "one file for cuda:0";
+  ASSERT_EQ(locks.size(), 1u);
+  EXPECT_EQ(locks[0].string(), files[0].string() + ".lock");
   EXPECT_NE(files[0].filename().string().find("cuda0"), std::string::npos) << files[0];
   // Read back under the context the file names: the entries are there.
   std::string context;
