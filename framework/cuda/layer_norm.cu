@@ -138,16 +138,17 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
 // Note [Layer norm backward in one pass]
 // The vectorised dx kernel already holds a row's dy and xhat in registers; the weight and bias
 // gradients (column sums of dy * xhat and of dy) come from the same registers instead of a
-// second kernel that reads x and dy again. Each lane adds its columns of its warp's row; the
-// block's warps then add theirs into shared memory one warp after another (a fixed order, so
-// the sums are the same in every run), and the block writes one partial row per gradient. The
-// column sums over the blocks' partials follow in layer_norm_dwdb_blocks_kernel. Without
-// `partials` (no weight or bias gradient wanted) it is the dx kernel alone.
+// second kernel that reads x and dy again. Every warp stores its row's products into its own
+// row of shared memory (16-byte stores), then each thread adds one column over the block's
+// warps in warp order (the same sums in every run) and the block writes one partial row per
+// gradient; layer_norm_dwdb_blocks_kernel adds the blocks' partials in order. (A first
+// version let the warps add into one shared row in turns: one warp busy at a time, and 8-way
+// bank conflicts from the lanes' 8-column strides in bf16, made the op 1.5x slower than two
+// kernels.) Without `partials` (no weight or bias gradient wanted) it is the dx kernel alone.
 template <typename T>
 __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd,
                                                const T* dy, T* dx, int64_t rows, int64_t d, float* partials) {
   constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
-  __shared__ float sum_w[32 * V * K], sum_b[32 * V * K];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + warp;
   const int words = static_cast<int>(d / V);
@@ -196,35 +197,38 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
     }
   }
   if (!partials) return;  // the same for the whole block: no barrier is left waiting
-  for (int turn = 0; turn < kWarpsPerBlock; ++turn) {  // See Note [Layer norm backward in one pass]
-    if (warp == turn) {
+  // One gradient at a time through one buffer (32 KB: static shared memory suffices).
+  __shared__ __align__(16) float rows_of_warps[kWarpsPerBlock][32 * V * K];
+  for (int which = 0; which < 2; ++which) {  // 0: dw's dy * xhat, 1: db's dy
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int j = lane + 32 * k;
-        if (j >= words) continue;
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j >= words) continue;
 #pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const int col = j * V + i;
-          const float pw = g[k][i] * xhat[k][i];
-          sum_w[col] = turn == 0 ? pw : sum_w[col] + pw;
-          sum_b[col] = turn == 0 ? g[k][i] : sum_b[col] + g[k][i];
-        }
+      for (int h = 0; h < V; h += 4) {
+        float4 four;
+        four.x = which == 0 ? g[k][h] * xhat[k][h] : g[k][h];
+        four.y = which == 0 ? g[k][h + 1] * xhat[k][h + 1] : g[k][h + 1];
+        four.z = which == 0 ? g[k][h + 2] * xhat[k][h + 2] : g[k][h + 2];
+        four.w = which == 0 ? g[k][h + 3] * xhat[k][h + 3] : g[k][h + 3];
+        *reinterpret_cast<float4*>(&rows_of_warps[warp][j * V + h]) = four;
       }
     }
     __syncthreads();
-  }
-  for (int64_t col = threadIdx.x; col < d; col += blockDim.x) {
-    partials[blockIdx.x * d + col] = sum_w[col];
-    partials[(gridDim.x + blockIdx.x) * d + col] = sum_b[col];
+    for (int64_t col = threadIdx.x; col < d; col += blockDim.x) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w8 = 0; w8 < kWarpsPerBlock; ++w8) total += rows_of_warps[w8][col];
+      partials[(which * int64_t(gridDim.x) + blockIdx.x) * d + col] = total;
+    }
+    __syncthreads();
   }
 }
 
 // dw[c], db[c] := the sums over `chunks` partial rows (2, chunks, d). Blocks of 32 columns x
 // kChunkLanes lanes: lane y adds chunks y, y + kChunkLanes, ... in order, then one warp adds the
-// lanes in order, so the sums are the same in every run. Many lanes matter: the one-pass
-// backward leaves one partial row per block of rows (200 for ViT-L's 1600 rows), and a lane
-// that walked 25 of them one after another waited out 25 L2 latencies (Note [Layer norm
-// backward in one pass]).
+// lanes in order, so the sums are the same in every run. 32 lanes rather than 8: the one-pass
+// backward leaves one partial row per block of 8 rows (200 for ViT-L's 1600 rows).
 constexpr int kChunkLanes = 32;
 
 template <typename T>

@@ -179,20 +179,21 @@ void allow_shared(Kernel kernel, size_t bytes) {
 // tokens, 16 heads of 64) they took 5.5 ms of a 19 ms step. bf16 and f16 heads of exactly 64
 // dims over at most 64 tokens therefore run the mma.sync kernels of multi_head_attention_tc.cu,
 // which pad each head to one 64 x 64 tile and move it with 16-byte vectors (hence the
-// alignment check). f32 runs the TF32 (m16n8k8) kernels only under MatmulPrecision::kTf32, the
-// mode in which its linear layers already take TF32 products (inputs rounded to 10-bit
-// mantissas, PyTorch's allow_tf32); under strict kFp32 it keeps the SIMT kernels, bit for bit
-// (the fp32 torchvision parity test depends on them), as do other head sizes and longer
-// sequences. This is the only place that chooses.
+// alignment check). f32 runs the TF32 (m16n8k8) kernels: one TF32 product per product under
+// MatmulPrecision::kTf32, the mode in which its linear layers already take TF32 products
+// (inputs rounded to 10-bit mantissas, PyTorch's allow_tf32), and three under strict kFp32
+// (3xTF32: each operand split into two TF32 parts, about 22 significand bits, the fp32
+// torchvision parity test's tolerance kept); the SIMT kernels took 5.7 ms of an 80 ms fp32 step
+// there. Other head sizes and longer sequences keep the SIMT kernels. This is the only place
+// that chooses.
 bool use_tensor_cores(MhaKernel kernel, const Tensor& qkv, int64_t num_heads,
                       std::initializer_list<const Tensor*> tensors) {
   if (kernel == MhaKernel::kSimt) return false;
   const int64_t n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
-  bool fits = tc_attention_fits(qkv.dtype(), n, hd) &&
-              (qkv.dtype() != DType::kF32 || matmul_precision() == MatmulPrecision::kTf32);
+  bool fits = tc_attention_fits(qkv.dtype(), n, hd);
   for (const Tensor* t : tensors) fits = fits && reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0;
   VITDDP_CHECK(fits || kernel == MhaKernel::kAuto,
-               "multi_head_attention: the tensor-core kernels take bf16/f16 (or f32 under TF32 matmul precision) "
+               "multi_head_attention: the tensor-core kernels take bf16/f16/f32 "
                "with head_dim 64, seq_len <= 64 and 16-byte aligned tensors; got qkv ",
                qkv.description(), " with ", num_heads, " heads");
   return fits;

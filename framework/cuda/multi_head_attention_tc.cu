@@ -4,8 +4,9 @@
 // [16w, 16w + 16). Products are mma.sync m16n8k16 with fp32 accumulators, fed by ldmatrix;
 // softmax is fp32 in registers with keys >= N masked to probability 0, and P (and dS) are
 // rounded to the input type only where they feed a product. Rows >= N are never written.
-// Backward recomputes P from q and k, as the SIMT kernels do. f32 tensors (TF32 products) have
-// their own pair of kernels, m16n8k8, in the section "f32 inputs, TF32 products".
+// Backward recomputes P from q and k, as the SIMT kernels do. f32 tensors have their own pair
+// of kernels, m16n8k8 TF32 (three products each, 3xTF32, in strict fp32), in the section
+// "f32 inputs, TF32 products".
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16"): with g = lane / 4 and c = lane % 4, an f32
 // accumulator of one 16 x 8 tile holds (g, 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1);
@@ -21,6 +22,7 @@
 #include <type_traits>
 
 #include "framework/cuda/check.h"
+#include "framework/cuda/context.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/multi_head_attention_tc.h"
 #include "framework/cuda/stream.h"
@@ -370,10 +372,16 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __re
 }
 
 // ---------------------------------------------------------------- f32 inputs, TF32 products
-// The same two kernels for f32 tensors when f32 products may run as TF32 (see Note
-// [Tensor-core attention]): mma.sync m16n8k8 .tf32 with fp32 accumulators. Tiles hold f32,
-// rounded to TF32 (cvt.rna) as they are loaded, and P and dS as they are stored; fragments are
-// read with plain 32-bit shared loads (ldmatrix moves 16-bit pairs).
+// The same two kernels for f32 tensors (see Note [Tensor-core attention]): mma.sync m16n8k8
+// .tf32 with fp32 accumulators; fragments are read with plain 32-bit shared loads (ldmatrix
+// moves 16-bit pairs). kSplit picks how an f32 operand becomes TF32:
+// - false (MatmulPrecision::kTf32): tiles hold f32 rounded to TF32 (cvt.rna) as they are
+//   loaded, and P and dS as they are stored; one mma per product, like cuBLAS's TF32.
+// - true (strict fp32, "3xTF32"): tiles hold the f32 values; each operand x splits into
+//   big = tf32(x) and small = tf32(x - big), and a b = small_a big_b + big_a small_b +
+//   big_a big_b (small terms first; small_a small_b, ~2^-22 of the product, is dropped).
+//   About 22 of f32's 24 significand bits: fp32 accuracy (the fp32 torchvision parity test
+//   holds) on tensor cores, where the SIMT kernels took 5.7 ms of an 80 ms ViT-L/32 step.
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k8" .tf32): with g = lane / 4 and c = lane % 4, A (16 x 8)
 // holds (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); B (8 x 8) holds (c, g), (c + 4, g); the
@@ -406,8 +414,14 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Fragments from row-major (kTile, kStride) float tiles already rounded to TF32; k as permuted
-// above (the lane's two k are k0 + 2c and k0 + 2c + 1).
+// x's big and small TF32 parts (3xTF32), from x's f32 bits.
+__device__ __forceinline__ void split(uint32_t x, uint32_t& big, uint32_t& small) {
+  big = to_tf32(__uint_as_float(x));
+  small = to_tf32(__uint_as_float(x) - __uint_as_float(big));
+}
+
+// Fragments from row-major (kTile, kStride) float tiles (rounded to TF32 unless kSplit); k as
+// permuted above (the lane's two k are k0 + 2c and k0 + 2c + 1).
 
 // A (16 x 8) = tile[r0 .. r0 + 16)[k0 .. k0 + 8).
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const float* tile, int r0, int k0) {
@@ -446,30 +460,42 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&b)[2], const float* tile
   b[1] = bits(p[kStride]);
 }
 
-// The A fragment of columns [8 kc, 8 kc + 8) of a warp's accumulators, rounded to TF32.
+// The A fragment of columns [8 kc, 8 kc + 8) of a warp's accumulators: rounded to TF32, or as
+// they are under kSplit (warp_product splits them).
+template <bool kSplit>
 __device__ __forceinline__ void a_from_acc(uint32_t (&a)[4], const Acc& acc, int kc) {
-  a[0] = to_tf32(acc[kc][0]);
-  a[1] = to_tf32(acc[kc][2]);
-  a[2] = to_tf32(acc[kc][1]);
-  a[3] = to_tf32(acc[kc][3]);
+  const float v[4] = {acc[kc][0], acc[kc][2], acc[kc][1], acc[kc][3]};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = kSplit ? bits(v[i]) : to_tf32(v[i]);
 }
 
 // acc (16 x 64) += A (16 x 64) B (64 x 64), skipping the 8-wide chunks of k at or beyond k_limit
 // and of n at or beyond n_limit. load_a_chunk(a, kc): A of k chunk kc; load_b_tile(b, kc, nt):
-// B of k chunk kc, n-tile nt.
-template <typename LoadA, typename LoadB>
+// B of k chunk kc, n-tile nt. kSplit: the fragments hold f32 and each product is three TF32
+// ones (see the section's comment).
+template <bool kSplit, typename LoadA, typename LoadB>
 __device__ __forceinline__ void warp_product(Acc& acc, int k_limit, int n_limit, LoadA&& load_a_chunk,
                                              LoadB&& load_b_tile) {
 #pragma unroll
   for (int kc = 0; kc < kTile / 8; ++kc) {
     if (8 * kc < k_limit) {
-      uint32_t a[4];
+      uint32_t a[4], a_small[4];
       load_a_chunk(a, kc);
+      if (kSplit)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) split(a[i], a[i], a_small[i]);
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt) {
         if (8 * nt < n_limit) {
           uint32_t b[2];
           load_b_tile(b, kc, nt);
+          if (kSplit) {
+            uint32_t b_small[2];
+            split(b[0], b[0], b_small[0]);
+            split(b[1], b[1], b_small[1]);
+            mma(acc[nt], a_small, b[0], b[1]);
+            mma(acc[nt], a, b_small[0], b_small[1]);
+          }
           mma(acc[nt], a, b[0], b[1]);
         }
       }
@@ -495,8 +521,8 @@ __device__ __forceinline__ void store_acc(const Acc& acc, float* tile, int row0)
   }
 }
 
-// As the 16-bit load_tiles, for f32, each element rounded to TF32.
-template <int kCount>
+// As the 16-bit load_tiles, for f32, each element rounded to TF32 if kRound.
+template <int kCount, bool kRound>
 __device__ __forceinline__ void load_tiles(const float* __restrict__ src, int64_t ld, int64_t slice_stride, int n,
                                            float* tiles) {
   constexpr int kVecsPerTile = kTile * kTile / kVec;
@@ -508,7 +534,7 @@ __device__ __forceinline__ void load_tiles(const float* __restrict__ src, int64_
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < n) {
       v = *reinterpret_cast<const float4*>(src + r * ld + s * slice_stride + c);
-      v = make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+      if (kRound) v = make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
     }
     *reinterpret_cast<float4*>(tiles + s * kTileElems + r * kStride + c) = v;
   }
@@ -526,16 +552,18 @@ __device__ __forceinline__ void store_rows(const float* tile, int row0, int n, f
   }
 }
 
+template <bool kSplit>
 __device__ __forceinline__ void attention_probs(const float* q, const float* k, int n, int row0, float scale_log2,
                                                 Acc& p) {
   zero(p);
-  warp_product(
+  warp_product<kSplit>(
       p, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, q, row0, 8 * kc); },
       [&](uint32_t(&b)[2], int kc, int nt) { load_b(b, k, 8 * nt, 8 * kc); });
   softmax_rows(p, n, scale_log2);
 }
 
 // As mha_forward_tc_kernel.
+template <bool kSplit>
 __global__ void __launch_bounds__(kTcBlock) mha_forward_kernel(const float* __restrict__ qkv,
                                                                 float* __restrict__ out, int n, int heads,
                                                                 float scale_log2) {
@@ -544,15 +572,15 @@ __global__ void __launch_bounds__(kTcBlock) mha_forward_kernel(const float* __re
   float* k = q + kTileElems;
   float* v = k + kTileElems;
   const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
-  load_tiles<kForwardTiles>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
+  load_tiles<kForwardTiles, !kSplit>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
   __syncthreads();
   const int row0 = 16 * (threadIdx.x / 32);
   if (row0 >= n) return;  // only padding rows; no block barrier follows
   Acc p, o;
-  attention_probs(q, k, n, row0, scale_log2, p);
+  attention_probs<kSplit>(q, k, n, row0, scale_log2, p);
   zero(o);
-  warp_product(
-      o, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc(a, p, kc); },
+  warp_product<kSplit>(
+      o, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc<kSplit>(a, p, kc); },
       [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, v, 8 * kc, 8 * nt); });
   __syncwarp();
   store_acc<false>(o, q, row0);  // staged in this warp's own q rows
@@ -561,6 +589,7 @@ __global__ void __launch_bounds__(kTcBlock) mha_forward_kernel(const float* __re
 }
 
 // As mha_backward_tc_kernel.
+template <bool kSplit>
 __global__ void __launch_bounds__(kTcBlock) mha_backward_kernel(const float* __restrict__ qkv,
                                                                  const float* __restrict__ dout,
                                                                  float* __restrict__ dqkv, int n, int heads,
@@ -573,8 +602,8 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_kernel(const float* __r
   float* p_tile = dO + kTileElems;
   float* ds_tile = p_tile + kTileElems;
   const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
-  load_tiles<3>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
-  load_tiles<1>(dout + b * n * dim + h * kTile, dim, 0, n, dO);
+  load_tiles<3, !kSplit>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
+  load_tiles<1, !kSplit>(dout + b * n * dim + h * kTile, dim, 0, n, dO);
   __syncthreads();
 
   const int l = threadIdx.x % 32, g = l / 4, row0 = 16 * (threadIdx.x / 32);
@@ -582,14 +611,14 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_kernel(const float* __r
   Acc ds, dq, dv, dk;
   if (active) {
     Acc p;
-    attention_probs(q, k, n, row0, scale_log2, p);
+    attention_probs<kSplit>(q, k, n, row0, scale_log2, p);
 #pragma unroll
     for (int t = 0; t < 8; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (row0 + g + 8 * (e / 2) >= n) p[t][e] = 0.0f;
     zero(ds);
-    warp_product(
+    warp_product<kSplit>(
         ds, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, dO, row0, 8 * kc); },
         [&](uint32_t(&bf)[2], int kc, int nt) { load_b(bf, v, 8 * nt, 8 * kc); });  // dP = dO V^T
     float d[2] = {0.0f, 0.0f};
@@ -606,22 +635,22 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_kernel(const float* __r
     for (int t = 0; t < 8; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[t][e] = p[t][e] * (ds[t][e] - d[e / 2]) * scale;
-    store_acc<true>(p, p_tile, row0);
-    store_acc<true>(ds, ds_tile, row0);
+    store_acc<!kSplit>(p, p_tile, row0);
+    store_acc<!kSplit>(ds, ds_tile, row0);
   }
   __syncthreads();  // P and dS complete; V is read no more
   if (active) {
     zero(dq);
-    warp_product(
-        dq, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc(a, ds, kc); },
+    warp_product<kSplit>(
+        dq, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc<kSplit>(a, ds, kc); },
         [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, k, 8 * kc, 8 * nt); });  // dQ = dS K
     store_acc<false>(dq, v, row0);  // staged in V's tile
     zero(dv);
-    warp_product(
+    warp_product<kSplit>(
         dv, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, p_tile, 8 * kc, row0); },
         [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, dO, 8 * kc, 8 * nt); });  // dV = P^T dO
     zero(dk);
-    warp_product(
+    warp_product<kSplit>(
         dk, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, ds_tile, 8 * kc, row0); },
         [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, q, 8 * kc, 8 * nt); });  // dK = dS^T Q
   }
@@ -667,9 +696,11 @@ void mha_forward_tc(const Tensor& qkv, int64_t num_heads, const Tensor& out) {
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(hd));
   if (qkv.dtype() == DType::kF32) {
     constexpr size_t bytes = tf32::tile_bytes(kForwardTiles);  // 54 KB
-    CUDA_CHECK(cudaFuncSetAttribute(tf32::mha_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(bytes)));
-    tf32::mha_forward_kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+    // 3xTF32 unless f32 products may run as TF32 (MatmulPrecision::kTf32).
+    auto kernel = matmul_precision() == MatmulPrecision::kTf32 ? tf32::mha_forward_kernel<false>
+                                                               : tf32::mha_forward_kernel<true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
         qkv.data<float>(), out.data<float>(), static_cast<int>(n), static_cast<int>(num_heads), scale_log2);
     CUDA_CHECK_LAUNCH();
     return;
@@ -690,9 +721,10 @@ void mha_backward_tc(const Tensor& qkv, const Tensor& dout, int64_t num_heads, c
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   if (qkv.dtype() == DType::kF32) {
     constexpr size_t bytes = tf32::tile_bytes(kBackwardTiles);  // 108 KB: two blocks per SM
-    CUDA_CHECK(cudaFuncSetAttribute(tf32::mha_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(bytes)));
-    tf32::mha_backward_kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+    auto kernel = matmul_precision() == MatmulPrecision::kTf32 ? tf32::mha_backward_kernel<false>
+                                                               : tf32::mha_backward_kernel<true>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
         qkv.data<float>(), dout.data<float>(), dqkv.data<float>(), static_cast<int>(n), static_cast<int>(num_heads),
         scale, scale * kLog2e);
     CUDA_CHECK_LAUNCH();

@@ -1,6 +1,6 @@
 // Tensor-core fused multi-head attention (mma.sync, fp32 accumulation) for bf16/f16 (m16n8k16)
-// and f32 as TF32 (m16n8k8) heads of 64 dims over at most 64 tokens, on the packed layout of
-// multi_head_attention.h.
+// and f32 as TF32 (m16n8k8; 3xTF32 unless the matmul precision is kTf32) heads of 64 dims over
+// at most 64 tokens, on the packed layout of multi_head_attention.h.
 // Internal to framework/cuda: mha_forward / mha_backward decide when it runs (see Note
 // [Tensor-core attention] in multi_head_attention.cu); these launchers assume the shape fits.
 #pragma once
@@ -15,8 +15,7 @@ namespace vitddp::cuda {
 constexpr int64_t kTcHeadDim = 64;
 constexpr int64_t kTcMaxSeqLen = 64;
 
-// dtype bf16/f16/f32, head_dim == 64, 1 <= seq_len <= 64 (alignment, and for f32 the TF32
-// matmul precision, are the caller's checks: f32 runs with TF32 products).
+// dtype bf16/f16/f32, head_dim == 64, 1 <= seq_len <= 64 (alignment is the caller's check).
 bool tc_attention_fits(DType dtype, int64_t seq_len, int64_t head_dim);
 // out (B, N, D) from qkv (B, N, 3D); contiguous, 16-byte aligned.
 void mha_forward_tc(const Tensor& qkv, int64_t num_heads, const Tensor& out);

@@ -42,11 +42,14 @@ struct Case {
   DType dtype;
   int64_t batch, seq_len, heads;
   double tol;  // max |error| / max |reference|
+  // f32 only: kTf32 (one TF32 product per product) or kFp32 (3xTF32).
+  cuda::MatmulPrecision f32_products = cuda::MatmulPrecision::kTf32;
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream s;
   s << dtype_name(c.dtype) << "_B" << c.batch << "_N" << c.seq_len << "_H" << c.heads;
+  if (c.dtype == DType::kF32) s << (c.f32_products == cuda::MatmulPrecision::kTf32 ? "_tf32" : "_3xtf32");
   return s.str();
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " tol " << c.tol; }
@@ -195,14 +198,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::kF16, 32, 50, 16, 5e-3}, Case{DType::kF16, 3, 17, 4, 5e-3}),
     [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
-TEST(AttentionTensorCoresDispatch, F32AndOtherShapesAreNotTensorCore) {
+TEST(AttentionTensorCoresDispatch, OtherShapesAreNotTensorCore) {
   VITDDP_REQUIRE_GPU();
   Generator gen(5);
-  // f32 named explicitly for the tensor-core kernel is a clear error (under strict fp32, the default).
-  Tensor qkv_f = random_tensor({2, 10, 3 * 128}, gen, DType::kF32).to(Device::cuda(0));
-  Tensor out_f = Tensor::empty({2, 10, 128}, DType::kF32, Device::cuda(0));
+  // f32 over 65 tokens named explicitly for the tensor-core kernel is a clear error.
+  Tensor qkv_f = random_tensor({2, 65, 3 * 128}, gen, DType::kF32).to(Device::cuda(0));
+  Tensor out_f = Tensor::empty({2, 65, 128}, DType::kF32, Device::cuda(0));
   EXPECT_TRUE(testing::throws_with([&] { cuda::mha_forward(qkv_f, 2, out_f, MhaKernel::kTensorCore); },
-                                   {"tensor-core", "f32[2, 10, 384]", "2 heads"}));
+                                   {"tensor-core", "f32[2, 65, 384]", "2 heads"}));
   // bf16 with head_dim 32 or 65 tokens keeps the SIMT kernels under kAuto and is an error under kTensorCore.
   for (auto [n, heads] : {std::pair<int64_t, int64_t>{10, 4}, {65, 2}}) {
     Tensor qkv = random_tensor({2, n, 3 * 128}, gen, DType::kF32).to(DType::kBF16).to(Device::cuda(0));
@@ -233,16 +236,17 @@ class AttentionTf32 : public ::testing::TestWithParam<Case> {
   }
 };
 
-// f32 under TF32 matmul precision: the m16n8k8 kernels against the SIMT f32 kernels on the same
-// inputs (TF32 keeps 10 mantissa bits, so tol 5e-3), every output element written, nothing past
-// the outputs; kAuto picks them, bit for bit.
+// f32: the m16n8k8 kernels against the SIMT f32 kernels on the same inputs, every output
+// element written, nothing past the outputs; kAuto picks them, bit for bit. Under TF32 matmul
+// precision one TF32 product (10 mantissa bits, so tol 5e-3); under strict fp32 three (3xTF32),
+// held to 2e-5, which one TF32 product would miss by far.
 TEST_P(AttentionTf32, MatchesSimtF32) {
   const Case c = GetParam();
   ASSERT_EQ(c.dtype, DType::kF32);
   const int64_t b = c.batch, n = c.seq_len, heads = c.heads, d = heads * kHeadDim;
-  const std::string name = case_name(c) + "_tf32";
+  const std::string name = case_name(c);
   std::printf("%s\n", name.c_str());
-  ScopedMatmulPrecision tf32(cuda::MatmulPrecision::kTf32);
+  ScopedMatmulPrecision precision(c.f32_products);
   Generator gen(2000 + static_cast<uint64_t>(b * 7919 + n * 131 + heads));
   const Tensor qkv = random_tensor({b, n, 3 * d}, gen, DType::kF32, -2, 2).to(Device::cuda(0));
   const Tensor dout = random_tensor({b, n, d}, gen, DType::kF32, -1, 1).to(Device::cuda(0));
@@ -273,14 +277,17 @@ TEST_P(AttentionTf32, MatchesSimtF32) {
   EXPECT_EQ(dqkv_auto.to_vector(), g_tc) << name << ": kAuto backward differs from kTensorCore";
 }
 
+constexpr cuda::MatmulPrecision k3xTf32 = cuda::MatmulPrecision::kFp32;
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTf32,
                          ::testing::Values(Case{DType::kF32, 32, 50, 16, 5e-3},  // ViT-L/32
-                                           Case{DType::kF32, 3, 17, 4, 5e-3}),   // padding inside a warp's rows
-                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param) + "_tf32"; });
+                                           Case{DType::kF32, 3, 17, 4, 5e-3},    // padding inside a warp's rows
+                                           Case{DType::kF32, 32, 50, 16, 2e-5, k3xTf32},
+                                           Case{DType::kF32, 3, 17, 4, 2e-5, k3xTf32}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
-// Strict fp32 keeps the SIMT kernels: kAuto is bit-identical to kSimt, and kTensorCore is an
-// error; under TF32 the same call takes the tensor cores (and so differs from kSimt).
-TEST(AttentionTensorCoresDispatch, F32UsesTensorCoresOnlyUnderTf32) {
+// f32 attention takes the tensor cores in both precisions: kAuto is kTensorCore bit for bit and
+// differs from kSimt, and strict fp32's three TF32 products differ from TF32's one.
+TEST(AttentionTensorCoresDispatch, F32UsesTensorCoresInBothPrecisions) {
   VITDDP_REQUIRE_GPU();
   Generator gen(9);
   for (auto [b, n, heads] : {std::tuple<int64_t, int64_t, int64_t>{32, 50, 16}, {3, 17, 4}}) {
@@ -295,19 +302,18 @@ TEST(AttentionTensorCoresDispatch, F32UsesTensorCoresOnlyUnderTf32) {
       cuda::mha_backward(qkv, dout, heads, dqkv, kernel);
       return std::make_pair(out.to_vector(), dqkv.to_vector());
     };
-    {
-      ScopedMatmulPrecision fp32(cuda::MatmulPrecision::kFp32);
-      const auto simt = run(MhaKernel::kSimt), automatic = run(MhaKernel::kAuto);
-      EXPECT_EQ(automatic.first, simt.first) << "kFp32: kAuto forward is not the SIMT kernel";
-      EXPECT_EQ(automatic.second, simt.second) << "kFp32: kAuto backward is not the SIMT kernel";
-      EXPECT_TRUE(testing::throws_with([&] { run(MhaKernel::kTensorCore); }, {"tensor-core", "f32", "TF32"}));
+    std::pair<std::vector<double>, std::vector<double>> by_precision[2];
+    const cuda::MatmulPrecision precisions[2] = {cuda::MatmulPrecision::kFp32, cuda::MatmulPrecision::kTf32};
+    for (int i = 0; i < 2; ++i) {
+      ScopedMatmulPrecision precision(precisions[i]);
+      const auto simt = run(MhaKernel::kSimt), automatic = run(MhaKernel::kAuto), tc = run(MhaKernel::kTensorCore);
+      EXPECT_EQ(automatic, tc) << "precision " << i << ": kAuto is not the tensor-core kernel";
+      EXPECT_NE(automatic.first, simt.first) << "precision " << i << ": kAuto forward is the SIMT kernel";
+      EXPECT_NE(automatic.second, simt.second) << "precision " << i << ": kAuto backward is the SIMT kernel";
+      by_precision[i] = automatic;
     }
-    {
-      ScopedMatmulPrecision tf32(cuda::MatmulPrecision::kTf32);
-      const auto simt = run(MhaKernel::kSimt), automatic = run(MhaKernel::kAuto);
-      EXPECT_NE(automatic.first, simt.first) << "kTf32: kAuto forward is still the SIMT kernel";
-      EXPECT_NE(automatic.second, simt.second) << "kTf32: kAuto backward is still the SIMT kernel";
-    }
+    EXPECT_NE(by_precision[0].first, by_precision[1].first) << "3xTF32 and TF32 forward are the same";
+    EXPECT_NE(by_precision[0].second, by_precision[1].second) << "3xTF32 and TF32 backward are the same";
   }
 }
 
@@ -330,7 +336,7 @@ double median_us(Fn&& call) {
 }
 
 // Prints SIMT and tensor-core times at the ViT-L/32 shape for one dtype (f32: under the current
-// matmul precision, which the caller sets to TF32).
+// matmul precision, which the caller sets: TF32 or 3xTF32).
 void time_vit_l32(DType dtype, const char* label) {
   const int64_t b = 32, n = 50, heads = 16, d = heads * kHeadDim;
   Generator gen(7);
@@ -361,6 +367,12 @@ TEST(AttentionTensorCoresTiming, VitL32Tf32) {
   VITDDP_REQUIRE_GPU();
   ScopedMatmulPrecision tf32(cuda::MatmulPrecision::kTf32);
   time_vit_l32(DType::kF32, "f32 (TF32 products)");
+}
+
+TEST(AttentionTensorCoresTiming, VitL32Fp32) {
+  VITDDP_REQUIRE_GPU();
+  ScopedMatmulPrecision fp32(cuda::MatmulPrecision::kFp32);
+  time_vit_l32(DType::kF32, "f32 (3xTF32 products)");
 }
 
 }  // namespace
