@@ -35,6 +35,15 @@ void add_inplace(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 Tensor add_new(const Tensor& a, const Tensor& b) {
+  VITDDP_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device(), "add_new: ",
+               a.description(), " and ", b.description());
+#if VITDDP_WITH_CUDA
+  if (a.device().is_cuda() && is_floating(a.dtype()) && a.dtype() != DType::kF64) {
+    Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+    cuda::add_gradients(a, b, out);  // one pass: read a and b, write out
+    return out;
+  }
+#endif
   Tensor out = a.clone();
   add_inplace(out, b);
   return out;

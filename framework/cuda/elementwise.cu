@@ -110,6 +110,11 @@ void add_inplace(const Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
+void add_gradients(const Tensor& a, const Tensor& b, const Tensor& out) {
+  OpScope scope("add_gradients");
+  cuda::binary_forward(cpu::BinaryOp::kAdd, a, b, out);  // qualified: cpu::binary_forward matches by ADL too
+}
+
 void binary_forward(cpu::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;

@@ -159,6 +159,14 @@ TEST_P(CudaOps, GeluSoftmaxLayerNorm) {
                               input({1024}, gen_)}));
 }
 
+// An input used by two ops gets the sum of both gradients (the engine's add_new: one kernel on
+// the GPU, out = a + b).
+TEST_P(CudaOps, GradientsOfAnInputUsedTwiceAreSummed) {
+  auto fn = [](const std::vector<Tensor>& t) { return add(mul(t[0], t[1]), gelu(t[0])); };
+  EXPECT_TRUE(matches(fn, {input({8, 50, 64}, gen_, true, -3, 3), input({8, 50, 64}, gen_)}));
+  EXPECT_TRUE(matches(fn, {input({3, 7}, gen_, true, -3, 3), input({3, 7}, gen_)}));  // not whole words
+}
+
 // The GELU kernels go four elements at a time over quad-aligned operands and one at a time
 // over the rest: a length with a tail, and views one element in (not aligned), both agree.
 TEST_P(CudaOps, GeluTailsAndUnalignedViews) {
