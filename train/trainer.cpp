@@ -435,6 +435,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
           << std::flush;
     }
   };
+  // Reports every step up to s not yet reported (each once).
+  int64_t reported_through = start_step - 1;
+  auto report_through = [&](int64_t s) {
+    for (; reported_through < s; ++reported_through) report(reported_through + 1);
+  };
   // One optimizer step: `accumulate` micro-batches, of which only the last communicates.
   bool poison_loss = false;  // VITDDP_FAULT ...:nan
   auto train_step = [&] {
@@ -536,7 +541,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_last) cuda::profiler_stop();
 #endif
-    if (step > start_step) report(step - 1);  // waits for step - 1, so its stop request is known
+    report_through(step - 1);  // waits for step - 1, so its stop request is known
     if (tracing) tracing->read_completed_steps();  // step - 1 has run
     if (ddp.reducer && ddp.reducer->rebuilds() > 0 && !told_rebuild) {
       out << "buckets rebuilt from the order gradients arrived in: " << ddp.reducer->buckets().size() << " buckets\n";
@@ -545,15 +550,19 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     const bool stopping = ddp.group ? step > start_step && clock->stop_requested(step - 1)
                                     : g_stop_signal.load() != 0;
     if (!config.checkpoint_dir.empty() &&
-        (stopping || (config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0)))
+        (stopping || (config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0))) {
+      // This step first: a non-finite one stops the run under --nonfinite stop before anything
+      // is saved (PowerSGD updates its state in place then: Note [PowerSGD and skipped steps]).
+      report_through(step);
       save(step + 1);
+    }
     if (stopping) {
       stopped_after = step;
       break;
     }
   }
   const int64_t last_step = stopped_after >= 0 ? stopped_after : total - 1;
-  if (last_step >= start_step) report(last_step);
+  report_through(last_step);
   finish_trace();
   if (stopped_after >= 0) {
     out << "stopped by signal " << g_stop_signal.load() << " after step " << stopped_after + 1

@@ -220,7 +220,9 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
 // in the pass that computes it, and from Q, which is small. The decision covers all buckets of
 // the step: a NaN in one bucket skips the whole update, so no bucket may commit alone. The
 // price: every bucket's new error stays alive until the step's last bucket is done (one extra
-// f32 copy of the gradients at the end of backward).
+// f32 copy of the gradients at the end of backward). Under --nonfinite stop the run ends at a
+// non-finite step, so nothing stages (PowerSgdOptions::stage_state): the error and Q are
+// updated in place, and the trainer writes a checkpoint only once its step is known finite.
 struct PowerSgdHook::Staged {
   struct Entry {
     PowerSgdState::Bucket* state;
@@ -301,10 +303,12 @@ class PowerSgdWork final : public Work {
       at += run.numel;
     }
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
-    if (p_.compensated.defined()) entry.error = p_.compensated;
+    // In place (not staged) the state already is the new one; only the flag is kept.
+    const bool in_place_error = p_.compensated.defined() && p_.compensated.same_impl(p_.state->error);
+    if (p_.compensated.defined() && !in_place_error) entry.error = p_.compensated;
     if (!p_.plan.matrices.empty()) {
       mark_nonfinite(p_.q, staged.skip);
-      entry.q = p_.q;
+      if (!p_.q.same_impl(p_.state->q)) entry.q = p_.q;
     }
     finished_ = true;
     staged.finish(std::move(entry));  // See Note [PowerSGD and skipped steps]
@@ -348,7 +352,9 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.staged = staged_;
   if (options_.error_feedback) {  // M = f32(gradient) + error, in one pass
     if (!st.error.defined()) st.error = Tensor::zeros(bucket.buffer.shape(), DType::kF32, device);
-    parts.compensated = Tensor::empty(bucket.buffer.shape(), DType::kF32, device);
+    // Staged: into scratch; else in place, the error buffer becoming M and then the new error.
+    parts.compensated =
+        options_.stage_state ? Tensor::empty(bucket.buffer.shape(), DType::kF32, device) : st.error;
     add_widened(bucket.buffer, st.error, parts.compensated);
     parts.work = parts.compensated;
   } else {
@@ -381,7 +387,11 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     return q.to(device);
   };
   if (!st.q.defined()) st.q = initial_q();
-  parts.q = options_.warm_start ? st.q.clone() : initial_q();
+  if (options_.warm_start) {
+    parts.q = options_.stage_state ? st.q.clone() : st.q;
+  } else {
+    parts.q = initial_q();
+  }
   parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
   const int64_t r = options_.rank;
   for (const Plan::Group& g : parts.plan.groups) {  // P = M Q

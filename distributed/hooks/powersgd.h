@@ -23,6 +23,11 @@ struct PowerSgdOptions {
   bool error_feedback = true;
   bool warm_start = true;
   uint64_t seed = 0;                  // initial Q: the same on every rank
+  // The new error and Q go to scratch tensors, committed at the step's end unless it is skipped
+  // (Note [PowerSGD and skipped steps]): what --nonfinite skip needs. Off (--nonfinite stop,
+  // where a non-finite step ends the run and no checkpoint is written after it), they are
+  // updated in place: one f32 copy of the gradients less in memory, and no copy back.
+  bool stage_state = true;
 };
 
 // The run's PowerSGD state: per bucket, the error-feedback buffer and the Q factors. It differs

@@ -129,6 +129,61 @@ INSTANTIATE_TEST_SUITE_P(
                       Poison{"InfInTheFirstBucketsBias", 0, 0, 96 + 3, INFINITY}),
     [](const ::testing::TestParamInfo<Poison>& info) { return std::string(info.param.what); });
 
+// Under --nonfinite stop the hook updates its state in place (PowerSgdOptions::stage_state
+// false): on finite steps the buckets and the state are bit-identical to the staged hook's.
+TEST(PowerSgdInPlace, MatchesTheStagedHookOnFiniteSteps) {
+  if (!has_gloo_backend()) GTEST_SKIP() << "this build has no Gloo";
+  testing::TempFolder folder("vitddp_psgd_in_place");
+  const std::string path = folder.path();
+  auto codes = testing::run_in_processes(
+      2,
+      [&](int rank) {
+        ProcessGroupOptions o;
+        o.rank = rank;
+        o.world_size = 2;
+        o.rendezvous = path;
+        o.timeout = 10000ms;
+        auto group = make_gloo_process_group(o);
+        PowerSgdOptions staged_options{1, 1, 2.0, true, true, 11};
+        PowerSgdOptions in_place_options = staged_options;
+        in_place_options.stage_state = false;
+        PowerSgdHook staged(staged_options), in_place(in_place_options);
+        std::vector<GradBucket> a = make_buckets(), b = make_buckets();
+        for (int s = 0; s < 4; ++s) {
+          step(*group, staged, a, s, false, 0, 0, 0.0);
+          step(*group, in_place, b, s, false, 0, 0, 0.0);
+          for (size_t k = 0; k < a.size(); ++k)
+            VITDDP_CHILD_CHECK(a[k].buffer.to_vector() == b[k].buffer.to_vector(), "step ", s, ", bucket ", k);
+          VITDDP_CHILD_CHECK(snapshot(staged) == snapshot(in_place), "step ", s, ": the states differ");
+          VITDDP_CHILD_CHECK(s < 2 || all_finite(snapshot(in_place)), "step ", s);
+        }
+        return 0;
+      },
+      60s);
+  EXPECT_EQ(codes, std::vector<int>(2, 0)) << testing::describe_exit_codes(codes);
+}
+
+// The trainer under --nonfinite stop: the run stops at the non-finite step before saving it, so
+// no checkpoint holds the state that step left (PowerSGD's, updated in place).
+TEST(PowerSgdInPlaceEndToEnd, NoCheckpointIsWrittenForTheNonFiniteStep) {
+  testing::TempFolder dir("vitddp_psgd_stop_train");
+  const std::string ckpt = dir.path() + "/ckpt";
+  testing::TrainOutcome o = testing::run_train(
+      "VITDDP_FAULT=1:2:nan",
+      "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4 --print-every 0 "
+      "--hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --nonfinite stop --checkpoint-dir " +
+          ckpt + " --checkpoint-every 1 --checkpoint-keep 10");
+  EXPECT_EQ(o.code, 5) << o.out;
+  EXPECT_NE(o.out.find("non-finite gradient"), std::string::npos) << o.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string step = ckpt + "/step-00000";
+    EXPECT_TRUE(std::filesystem::exists(step + "2/rank-" + std::to_string(rank) + ".safetensors")) << o.out;
+    EXPECT_FALSE(std::filesystem::exists(step + "3")) << "rank " << rank << ": the non-finite step was saved";
+    const SafetensorsFile before = read_safetensors(step + "2/rank-" + std::to_string(rank) + ".safetensors");
+    for (const auto& [name, t] : before.tensors) EXPECT_TRUE(all_finite(t)) << "rank " << rank << ": " << name;
+  }
+}
+
 // The same through the trainer: checkpoints after every step; the one after the skipped step
 // holds the same PowerSGD state (and weights) as the one before it, on both ranks.
 TEST(PowerSgdSkipEndToEnd, CheckpointsBeforeAndAfterTheSkippedStepAreEqual) {
