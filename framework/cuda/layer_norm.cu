@@ -232,7 +232,7 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
 constexpr int kChunkLanes = 32;
 
 template <typename T>
-__global__ void layer_norm_dwdb_blocks_kernel(const float* partials, int64_t chunks, int64_t d, T* dw, T* db,
+__global__ void __launch_bounds__(32 * kChunkLanes) layer_norm_dwdb_blocks_kernel(const float* partials, int64_t chunks, int64_t d, T* dw, T* db,
                                               bool accumulate) {
   __shared__ float pw[kChunkLanes][33], pb[kChunkLanes][33];
   const int64_t col = blockIdx.x * 32 + threadIdx.x;

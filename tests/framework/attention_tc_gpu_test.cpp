@@ -3,8 +3,8 @@
 // inputs rounded to the 16-bit type. New device memory is poisoned (NaN bytes) so unwritten
 // outputs fail, and every output is followed by guard elements that padded rows must not touch.
 // Errors are max |got - want| over max |want|, per output (O, dQ, dK, dV); each comparison
-// prints its worst element. The f32 kernels (TF32 products, only under MatmulPrecision::kTf32)
-// are checked against the f32 SIMT kernel, and strict fp32 is checked to keep the SIMT kernel.
+// prints its worst element. The f32 kernels (one TF32 product under MatmulPrecision::kTf32,
+// three, 3xTF32, under strict fp32) are checked against the f32 SIMT kernel.
 // The last tests print microseconds per call of both kernels at the ViT-L/32 shape (they assert
 // nothing about time).
 #include <gtest/gtest.h>

@@ -3,6 +3,7 @@
 // fp32 1e-5, tf32 1e-3, bf16 1e-2 (norm-wise relative).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "common/gpu.h"
@@ -115,7 +116,7 @@ TEST_P(CudaOps, ElementwiseAndReductions) {
   auto add_fn = [](const std::vector<Tensor>& t) { return add(t[0], t[1]); };
   EXPECT_TRUE(matches(add_fn, {input({4, 50, 64}, gen_), input({1, 50, 64}, gen_)}));
   // Same shapes, contiguous: the 16-byte-word path, forward and (through the shared input's
-  // gradient accumulation) add_inplace; 1003 elements: no whole number of words, strided path.
+  // gradient sum) add_gradients; 1003 elements: no whole number of words, strided path.
   auto residual_fn = [](const std::vector<Tensor>& t) { return add(add(t[0], t[1]), t[0]); };
   EXPECT_TRUE(matches(residual_fn, {input({4, 50, 64}, gen_), input({4, 50, 64}, gen_)}));
   EXPECT_TRUE(matches(residual_fn, {input({17, 59}, gen_), input({17, 59}, gen_)}));
@@ -187,6 +188,11 @@ TEST_P(CudaOps, GeluTailsAndUnalignedViews) {
   cpu::gelu_backward(host_f32(x), host_f32(dy), dx_ref);
   EXPECT_LE(testing::relative_error(host_f32(y), y_ref), GetParam().rtol);
   EXPECT_LE(testing::relative_error(host_f32(dx), dx_ref), GetParam().rtol);
+  // Nothing written outside the views: the first and last elements keep their poison (NaN).
+  for (const Tensor& out : {y, dx}) {
+    const std::vector<double> all = out.to(Device::cpu()).to(DType::kF32).to_vector();
+    EXPECT_TRUE(std::isnan(all.front()) && std::isnan(all.back())) << all.front() << " " << all.back();
+  }
 }
 
 TEST_P(CudaOps, Attention) {
