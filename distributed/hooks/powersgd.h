@@ -56,12 +56,14 @@ class PowerSgdHook final : public CommHook {
     staged_.reset();
   }
 
-  struct Staged;  // one step's new bucket states, committed together (defined in the .cpp)
+  struct Staged;      // one step's new bucket states, committed together (defined in the .cpp)
+  struct SideStream;  // the GPU stream the compression runs on (defined in the .cpp)
 
  private:
   PowerSgdOptions options_;
   PowerSgdState state_;
   std::shared_ptr<Staged> staged_;
+  std::shared_ptr<SideStream> side_;
 };
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options);

@@ -51,15 +51,30 @@ CudaContext::CudaContext(int device) : device_(device) {
   set_device(device);
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
-  // A plain cudaMalloc: the workspace lives as long as the process and is used on any stream.
-  CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
   set_device(previous);
 }
 
+void* CudaContext::workspace(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(workspaces_mutex_);
+  for (const auto& [s, ptr] : workspaces_)
+    if (s == stream) return ptr;
+  // A plain cudaMalloc, not the stream-ordered pool: the workspace lives as long as the process.
+  // (A destroyed stream's handle, if CUDA hands it out again, gets its buffer: that stream no
+  // longer runs anything.)
+  const int previous = current_device();
+  if (previous != device_) set_device(device_);
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, workspace_bytes_);
+  if (previous != device_) set_device(previous);
+  CUDA_CHECK(err);
+  workspaces_.emplace_back(stream, ptr);
+  return ptr;
+}
+
 CudaContext::~CudaContext() {
   // Contexts live until exit, when the driver may already be shutting down: warn only.
-  if (workspace_) CUDA_WARN(cudaFree(workspace_));
+  for (const auto& [stream, ptr] : workspaces_) CUDA_WARN(cudaFree(ptr));
   if (cublaslt_) cublasLtDestroy(cublaslt_);
 }
 

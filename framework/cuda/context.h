@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
 
 #include <string>
 
@@ -40,7 +43,9 @@ class CudaContext {
   CudaContext& operator=(const CudaContext&) = delete;
 
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
-  void* workspace() const { return workspace_; }
+  // cuBLASLt's workspace for products on `stream`: one per stream, since products on two
+  // streams (backward's and PowerSGD's) may run at once and must not share scratch memory.
+  void* workspace(cudaStream_t stream);
   size_t workspace_bytes() const { return workspace_bytes_; }
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
@@ -50,7 +55,8 @@ class CudaContext {
   int device_;
   int sm_count_ = 0;
   cublasLtHandle_t cublaslt_ = nullptr;
-  void* workspace_ = nullptr;
+  std::mutex workspaces_mutex_;
+  std::vector<std::pair<cudaStream_t, void*>> workspaces_;  // plain cudaMalloc, kept until exit
   size_t workspace_bytes_ = 0;
 };
 

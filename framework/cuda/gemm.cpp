@@ -198,10 +198,10 @@ void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t&
   if (g.dtype == DType::kF64) {
     double alpha = g.alpha, beta = g.beta;
     status = cublasLtMatmul(ctx.cublaslt(), plan.desc, &alpha, g.a, plan.a, g.b, plan.b, &beta, c, plan.c, c, plan.c,
-                            &algo, ctx.workspace(), ctx.workspace_bytes(), stream);
+                            &algo, ctx.workspace(stream), ctx.workspace_bytes(), stream);
   } else {
     status = cublasLtMatmul(ctx.cublaslt(), plan.desc, &g.alpha, g.a, plan.a, g.b, plan.b, &g.beta, c, plan.c, c,
-                            plan.c, &algo, ctx.workspace(), ctx.workspace_bytes(), stream);
+                            plan.c, &algo, ctx.workspace(stream), ctx.workspace_bytes(), stream);
   }
   if (status_out) {
     *status_out = status;

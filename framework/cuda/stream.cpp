@@ -104,4 +104,15 @@ StreamGuard::~StreamGuard() {
   if (cudaGetDevice(&d) == cudaSuccess) t_current[d] = previous_;
 }
 
+namespace {
+cudaStream_t fork_to(cudaStream_t side, const Event& fork_point) {
+  fork_point.record(current_stream());
+  fork_point.block(side);
+  return side;
+}
+}  // namespace
+
+ForkedStreamScope::ForkedStreamScope(cudaStream_t side, const Event& fork_point)
+    : guard_(fork_to(side, fork_point)) {}
+
 }  // namespace vitddp::cuda

@@ -63,6 +63,18 @@ class StreamGuard {
   cudaStream_t previous_;
 };
 
+// Work enqueued inside the scope runs on `side` after everything enqueued so far on the current
+// stream: `fork_point` is recorded on the current stream, `side` waits for it, and `side` is
+// the current stream until the scope ends. Joining back is the caller's to order (an event of
+// the side work that the other stream waits for, as a collective's Work::wait() is).
+class ForkedStreamScope {
+ public:
+  ForkedStreamScope(cudaStream_t side, const Event& fork_point);
+
+ private:
+  StreamGuard guard_;
+};
+
 // Device of the calling thread.
 int current_device();
 void set_device(int device);
