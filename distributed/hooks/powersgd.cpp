@@ -16,6 +16,7 @@
 #include "framework/cuda/linear.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/check.h"
+#include "framework/cuda/context.h"
 #include "framework/cuda/nonfinite.h"
 #include "framework/cuda/stream.h"
 #endif
@@ -226,6 +227,9 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
 // f32 copy of the gradients at the end of backward). Under --nonfinite stop the run ends at a
 // non-finite step, so nothing stages (PowerSgdOptions::stage_state): the error and Q are
 // updated in place, and the trainer writes a checkpoint only once its step is known finite.
+// (Known gap: a new error that overflows to Inf while the step's gradients stay finite, which
+// needs values near f32's limit, is saved; the next step's gradients are then non-finite and
+// that run, or one resumed from the checkpoint, stops there with exit 5.)
 struct PowerSgdHook::Staged {
   struct Entry {
     PowerSgdState::Bucket* state;
@@ -266,7 +270,10 @@ struct PowerSgdHook::Staged {
 // compute stream joins at the end of backward, when the reducer waits for each bucket's Q
 // all-reduce and the expansion into the bucket runs. Products on both streams at once need a
 // cuBLASLt workspace each (CudaContext::workspace(stream)). Memory: what the side stream
-// allocates it also frees, or the compute stream frees after that join.
+// allocates it also frees, or the compute stream frees after that join; the pool never hands a
+// block freed on the side stream to the compute stream by making it wait (allocator.cpp).
+// A product shape first seen here is autotuned (Note [Choosing a GEMM algorithm]) while backward
+// runs beside it, so its timings are noisier than the compute stream's.
 struct PowerSgdHook::SideStream {
 #if VITDDP_WITH_CUDA
   int device = -1;
@@ -356,24 +363,26 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   const bool last = bucket.is_last;
   const int64_t iter = state_.iter;
   if (last) ++state_.iter;
+#if VITDDP_WITH_CUDA
+  // See Note [PowerSGD beside backward]. Made at the first bucket, compressed or not, with its
+  // cuBLASLt workspace: early in the run, not in the middle of the first compressed backward.
+  if (bucket.buffer.device().is_cuda() && (!side_ || side_->device != bucket.buffer.device().index)) {
+    const int device_index = bucket.buffer.device().index;
+    side_ = std::make_shared<SideStream>();
+    side_->device = device_index;
+    int least = 0, greatest = 0;  // the highest priority, as the communication stream's
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    side_->stream = cuda::Stream::create(device_index, greatest);
+    side_->fork_point = cuda::Event::create();
+    cuda::CudaContext::for_device(device_index).workspace(side_->stream.get());
+  }
+#endif
   if (iter < options_.start_iter) return group.allreduce(bucket.buffer, ReduceOp::kAvg);
 
   NvtxRange range(nvtx_compress_name(bucket.index), NvtxColor::kCompress);
 #if VITDDP_WITH_CUDA
-  // See Note [PowerSGD beside backward].
   std::optional<cuda::ForkedStreamScope> beside_backward;
-  if (bucket.buffer.device().is_cuda()) {
-    const int device_index = bucket.buffer.device().index;
-    if (!side_ || side_->device != device_index) {
-      side_ = std::make_shared<SideStream>();
-      side_->device = device_index;
-      int least = 0, greatest = 0;  // the highest priority, as the communication stream's
-      CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      side_->stream = cuda::Stream::create(device_index, greatest);
-      side_->fork_point = cuda::Event::create();
-    }
-    beside_backward.emplace(side_->stream.get(), side_->fork_point);
-  }
+  if (bucket.buffer.device().is_cuda()) beside_backward.emplace(side_->stream.get(), side_->fork_point);
 #endif
   PowerSgdWork::Parts parts;
   parts.plan = plan_bucket(bucket, options_);

@@ -20,8 +20,9 @@ namespace {
 // pool and are reused by later allocations on the same stream without any cudaMalloc, which
 // is the caching allocator the steady state needs, kept by NVIDIA and usable inside CUDA graph
 // capture. Allocation and free happen on the thread's current stream; memory that another
-// stream uses (the loader's copies, the reducer's buckets) is either long-lived or ordered
-// with events before it is freed. We count requested bytes for current/peak figures, as
+// stream uses (the loader's copies, the reducer's buckets, PowerSGD's side stream) is either
+// long-lived or ordered with events before it is freed, and the pool never reuses a block
+// across streams by making one stream wait for another. We count requested bytes for current/peak figures, as
 // torch.cuda.max_memory_allocated does.
 //
 // VITDDP_POISON_ALLOC=1 fills every new allocation with 0xFF bytes (NaN in every float format)
@@ -82,6 +83,12 @@ class AsyncPoolAllocator final : public Allocator {
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
     uint64_t keep_everything = UINT64_MAX;
     CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+    // A block freed on one stream is not handed to another with a dependency the driver adds:
+    // the compute stream would then wait, unseen, for PowerSGD's side stream and the all-reduce
+    // that stream waits for (Note [PowerSGD beside backward]). Reuse across streams stays
+    // allowed once the free has completed, or when an event already orders the two streams.
+    int no_hidden_waits = 0;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no_hidden_waits));
   }
 
   bool poison_ = false;

@@ -65,8 +65,19 @@ void* CudaContext::workspace(cudaStream_t stream) {
   const int previous = current_device();
   if (previous != device_) set_device(device_);
   void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, workspace_bytes_);
+  cudaError_t err = cudaMalloc(&ptr, workspace_bytes_);
+  if (err == cudaErrorMemoryAllocation) {  // the tensor pool keeps freed blocks: give them back, retry
+    cudaGetLastError();
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess && cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
+      err = cudaMalloc(&ptr, workspace_bytes_);
+  }
   if (previous != device_) set_device(previous);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw Error("out of memory on cuda:" + std::to_string(device_) + " allocating cuBLASLt's " +
+                std::to_string(workspace_bytes_ >> 20) + " MiB workspace for another stream");
+  }
   CUDA_CHECK(err);
   workspaces_.emplace_back(stream, ptr);
   return ptr;
