@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-GPU benchmark: vitddp and the PyTorch reference (torch_ddp_vit.py) side by side in one
 # run, ViT-L/32, batch 32, synthetic data, for each precision. Writes one JSON line per run to
-# ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py).
+# ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py), then times the
+# loader alone (`train bench loader`, loader.jsonl).
 # VITDDP_FLAGS="--gemm-autotune" goes to every vitddp run.
 # COMPILE_PRECISIONS="bf16 ..." adds torch.compile(mode="reduce-overhead") rows for those precisions.
 # Usage: scripts/bench_single_gpu.sh BUILD_DIR REFERENCE_SCRIPT [precisions...]
@@ -35,3 +36,14 @@ for p in ${COMPILE_PRECISIONS:-}; do
     || echo "pytorch $p compile failed"
 done
 python3 "$(dirname "$0")/bench_table.py" "$results"
+# The loader alone, as the loader rows above build it (ViT-L/32's 224x224 synthetic images, batch
+# 32, 8 workers): the rate a step would have to beat for the loader to hold it up.
+"$build/bin/train" bench loader --model vit_l_32 --data synthetic --workers 8 --warmup 10 --steps 200 --json \
+  > "$out/loader.jsonl" 2>> "$out/single_gpu.log" || echo "vitddp loader bench failed"
+python3 - "$out/loader.jsonl" <<'PY' || true
+import json, sys
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    print(f"loader alone ({j['model']}, batch {j['batch_size']}, {j['workers']} workers): "
+          f"{j['images_per_s']:.0f} images/s, {j['batches_per_s']:.1f} batches/s")
+PY

@@ -1,7 +1,7 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
-// stderr and a distinct exit code (train/exit_codes.h). Subcommands: `train bench --sweep` and
-// `train bench allreduce ...`
-// (train/bench/), `train topology` (train/topology.h).
+// stderr and a distinct exit code (train/exit_codes.h). Subcommands: `train bench --sweep`,
+// `train bench allreduce ...` and `train bench loader ...` (train/bench/), `train topology`
+// (train/topology.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +12,7 @@
 #include "distributed/launcher.h"
 #include "train/bench/allreduce_bench.h"
 #include "train/bench/bench_command.h"
+#include "train/bench/loader_bench.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
 #include "train/topology.h"
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
     // Subcommands; anything else is a training run.
     if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "allreduce") == 0)
       return bench::run_bench_allreduce(argc, argv);
+    if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "loader") == 0)
+      return bench::run_bench_loader(argc, argv);
     if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench::run_bench_command(argc, argv);
     if (argc > 1 && std::strcmp(argv[1], "topology") == 0) return run_topology(argc, argv);
     TrainConfig config;

@@ -14,9 +14,7 @@
 #include <iomanip>
 #include <ostream>
 
-#include "data/file_dataset.h"
 #include "data/sampler.h"
-#include "data/synthetic_dataset.h"
 #include "framework/core/devices.h"
 #include "framework/core/allocator.h"
 #include "framework/io/safetensors.h"
@@ -31,6 +29,7 @@
 #include "framework/ops/elementwise.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
+#include "train/dataset_factory.h"
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
 #include "train/step_tracer.h"
@@ -73,23 +72,6 @@ VitConfig model_config(const TrainConfig& c, bool on_gpu) {
   m.dropout = c.dropout;
   m.validate();
   return m;
-}
-
-std::unique_ptr<Dataset> make_dataset(const TrainConfig& c, const VitConfig& m, int world) {
-  if (c.data == "synthetic" || c.data == "learnable") {
-    int64_t size = c.dataset_size > 0 ? c.dataset_size : (c.warmup + c.steps) * c.batch_size * world;
-    auto kind = c.data == "synthetic" ? SyntheticKind::kRandom : SyntheticKind::kLearnable;
-    return std::make_unique<SyntheticDataset>(size, m.in_channels, m.image_size, m.image_size, m.num_classes,
-                                              c.seed, kind);
-  }
-  VITDDP_CHECK(c.data != "gpu", "--data gpu makes batches on the GPU: it needs a CUDA device");
-  auto ds = std::make_unique<FileDataset>(c.data);
-  Shape want{m.in_channels, m.image_size, m.image_size};
-  VITDDP_CHECK(ds->image_shape() == want, c.data, ": images are ", shape_str(ds->image_shape()),
-               " but the model takes ", shape_str(want));
-  VITDDP_CHECK(ds->num_classes() <= m.num_classes, c.data, ": labels go up to ", ds->num_classes() - 1,
-               " but the model has ", m.num_classes, " classes");
-  return ds;
 }
 
 }  // namespace

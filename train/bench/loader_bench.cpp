@@ -1,0 +1,92 @@
+#include "train/bench/loader_bench.h"
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "distributed/launcher.h"
+#include "framework/core/error.h"
+#include "train/dataset_factory.h"
+#include "train/exit_codes.h"
+#include "train/trainer.h"
+
+namespace vitddp::bench {
+
+nlohmann::json LoaderBenchResult::to_json() const {
+  nlohmann::json j;
+  j["system"] = "vitddp";
+  j["bench"] = "loader";
+  j["model"] = model;
+  j["data"] = data;
+  j["image_shape"] = {channels, image_size, image_size};
+  j["batch_size"] = batch_size;
+  j["workers"] = workers;
+  j["batches"] = batches;
+  j["warmup_batches"] = warmup_batches;
+  j["seconds"] = seconds;
+  j["wait_seconds"] = wait_seconds;
+  j["images_per_s"] = images_per_second();
+  j["batches_per_s"] = batches_per_second();
+  return j;
+}
+
+std::string LoaderBenchResult::summary() const {
+  std::ostringstream s;
+  s << "loader alone: " << model << " images " << channels << "x" << image_size << "x" << image_size << ", batch "
+    << batch_size << ", " << workers << (workers == 1 ? " worker" : " workers") << ", data " << data << ": "
+    << std::fixed << std::setprecision(1) << images_per_second() << " images/s, " << std::setprecision(2)
+    << batches_per_second() << " batches/s (" << batches << " batches after " << warmup_batches << " warm-up)";
+  return s.str();
+}
+
+LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model) {
+  std::unique_ptr<Dataset> dataset = make_dataset(config, model, 1);
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = dataset->size();
+  sampler_options.seed = config.seed;
+  LoaderOptions loader_options;
+  loader_options.batch_size = config.batch_size;
+  loader_options.num_workers = config.workers;
+  DataLoader loader(*dataset, DistributedSampler(sampler_options), loader_options);
+
+  LoaderBenchResult r;
+  r.model = model.name;
+  r.data = config.data;
+  r.channels = model.in_channels;
+  r.image_size = model.image_size;
+  r.batch_size = config.batch_size;
+  r.workers = config.workers;
+  r.batches = config.steps;
+  r.warmup_batches = config.warmup;
+  for (int64_t i = 0; i < config.warmup; ++i) loader.next();
+  const double waited_before = loader.stats().wait_seconds;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < config.steps; ++i) loader.next();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.wait_seconds = loader.stats().wait_seconds - waited_before;
+  return r;
+}
+
+int run_bench_loader(int argc, char** argv) {
+  // The training flags are those after "train bench loader".
+  std::vector<char*> args{argv[0]};
+  for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
+  TrainConfig config;
+  if (!parse_train_config(static_cast<int>(args.size()), args.data(), &config)) return kExitOk;
+  VITDDP_CHECK(config.gpus == 0 && config.procs == 0,
+               "train bench loader measures one process's loader: --gpus and --procs do not apply "
+               "(each rank of a run has a loader of its own)");
+  VITDDP_CHECK(config.data != "gpu", "train bench loader: --data gpu makes the batches on the GPU, so there is "
+                                     "no loader to measure; name synthetic, learnable or a .safetensors file");
+  std::ostringstream notes;  // resolve_run's note on the model it picks speaks of training
+  const ResolvedRun run = resolve_run(config, read_rank_environment(), notes);
+  const LoaderBenchResult result = bench_loader(config, run.model);
+  std::cout << (config.json ? result.to_json().dump() : result.summary()) << std::endl;
+  return kExitOk;
+}
+
+}  // namespace vitddp::bench
