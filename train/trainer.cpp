@@ -36,6 +36,7 @@
 #include "train/trace_summary.h"
 #include "models/vit/vit.h"
 #if VITDDP_WITH_CUDA
+#include "framework/cuda/check.h"
 #include "framework/cuda/context.h"
 #include "framework/cuda/device.h"
 #include "framework/cuda/op_profiler.h"
@@ -202,6 +203,19 @@ nlohmann::json op_breakdown(const Device& device, StepFn&& step, std::ostream& o
   nlohmann::json rows = nlohmann::json::array();
   VITDDP_CHECK(device.is_cuda(), "--op-breakdown times CUDA kernels: it needs a GPU");
 #if VITDDP_WITH_CUDA
+  // First a plain step from an idle GPU: how long the host takes to issue one step's work
+  // against when the GPU finishes it. Issuing well within the step means the GPU is the limit
+  // (the host runs ahead and launch gaps hide); close to it, the host may be (or it waited for
+  // a full launch queue).
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto start = std::chrono::steady_clock::now();
+  Tensor loss = step();
+  const double issued_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  loss.item();
+  const double finished_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out << "host against GPU: one step issued in " << std::setprecision(4) << issued_ms << " ms, finished "
+      << finished_ms << " ms after the start (issue/finish " << std::setprecision(2) << issued_ms / finished_ms
+      << ")\n";
   cuda::OpProfiler& profiler = cuda::OpProfiler::instance();
   profiler.set_enabled(true);
   step().item();
@@ -276,6 +290,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   ResolvedRun run = resolve_run(config, env, out);
   const Device device = parse_device(run.device);
   configure_device(device, config);
+  // Before any step, not after the run it would time.
+  VITDDP_CHECK(!config.op_breakdown || device.is_cuda(), "--op-breakdown times CUDA kernels: it needs a GPU");
   const int world = std::max(1, env.world_size);
 
   VisionTransformer model(run.model, config.seed);

@@ -74,6 +74,11 @@ TEST(TrainCli, BadFlagsAndModels) {
 TEST(TrainCli, GpusWithoutGpusIsAClearError) {
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --device cuda", "cuda:0 asked for but 0 GPU(s) visible"));
+  // Refused before training (one line on stderr, no progress lines on stdout).
+  ProcessResult r = train(std::string(kTiny) + " --device cpu --op-breakdown");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--op-breakdown times CUDA kernels: it needs a GPU"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << r.out;
 }
 
 TEST(TrainCli, BadConfigFiles) {

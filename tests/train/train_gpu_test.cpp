@@ -1,10 +1,15 @@
 // `train --gpus 1` end to end on the GPU: default ViT-L/32 run prints progress and a summary;
-// asking for more GPUs than are visible is a clear error that lists them.
+// asking for more GPUs than are visible is a clear error that lists them; --op-breakdown prints
+// the host-against-GPU line and a table of op types whose times are in the JSON too.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "common/gpu.h"
 #include "common/train_process.h"
@@ -32,6 +37,32 @@ TEST(TrainGpu, TooManyGpusListsTheVisibleOnes) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("--gpus 64 asked for but"), std::string::npos) << out;
   EXPECT_NE(out.find("0: NVIDIA"), std::string::npos) << out;
+}
+
+TEST(TrainGpu, OpBreakdownTimesOpsAndTheHostAgainstTheGpu) {
+  VITDDP_REQUIRE_GPU();
+  auto [code, out] = run_train("--gpus 1 --model vit_tiny --data gpu --warmup 1 --steps 2 --print-every 0 "
+                               "--op-breakdown --json");
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("one step issued in ([0-9.e+-]+) ms, finished ([0-9.e+-]+) ms")))
+      << out;
+  const double issued = std::stod(m[1]), finished = std::stod(m[2]);
+  EXPECT_GT(issued, 0.0) << out;
+  EXPECT_GE(finished, issued) << out;
+  EXPECT_NE(out.find("op breakdown of one step"), std::string::npos) << out;
+  nlohmann::json result;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') result = nlohmann::json::parse(line);
+  ASSERT_TRUE(result.contains("op_breakdown")) << out;
+  bool saw_linear = false;
+  for (const auto& row : result["op_breakdown"]) {
+    EXPECT_GT(row.at("ms").get<double>(), 0.0) << row.dump();
+    EXPECT_GT(row.at("calls").get<int64_t>(), 0) << row.dump();
+    saw_linear |= row.at("op") == "linear";
+  }
+  EXPECT_TRUE(saw_linear) << out;
 }
 
 }  // namespace
