@@ -99,6 +99,7 @@ TEST(Sweep, RejectsEnvOutsideTheAllowList) {
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_BUFFSIZE": "-4"}})"), {"NCCL_BUFFSIZE"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MAX_CTAS": "0"}})"), {"NCCL_MAX_CTAS", "1 to 64"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MIN_CTAS": 65}})"), {"NCCL_MIN_CTAS", "1 to 64"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_CTA_POLICY": "3"}})"), {"NCCL_CTA_POLICY", "efficiency"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_DEBUG": true}})"), {"must be a string or an integer"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": ["NCCL_DEBUG"]})"), {"\"env\" must be an object"}));
   // Case and exclusion lists as NCCL reads them.
