@@ -25,6 +25,19 @@ for p in ${BREAKDOWN_PRECISIONS-fp32 bf16}; do
   build-gpu/bin/train --gpus 1 --data gpu --precision "$p" --warmup 3 --steps 5 --print-every 0 --op-breakdown \
     > "$OUT/breakdown_$p.log" 2>&1; echo "breakdown $p exit $?"; head -25 "$OUT/breakdown_$p.log" | grep -E "summary|ms "
 done
+# SANITIZE="gtest filter": compute-sanitizer's memcheck and racecheck over those GPU tests
+# (out-of-bounds and shared-memory races in new kernels; works where the runtime allows it).
+if [ -n "${SANITIZE:-}" ]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 build-gpu/tests/vitddp_gpu_tests --gtest_filter="$SANITIZE" \
+      > "$OUT/sanitize_$tool.log" 2>&1; echo "compute-sanitizer $tool exit $?"
+    grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitize_$tool.log" | tail -3
+  done
+fi
+# NCU_KERNELS="regex": Nsight Compute on one bf16 step's matching kernels (NCU_PRECISION to change).
+if [ -n "${NCU_KERNELS:-}" ]; then
+  OUT="$OUT" bash scripts/ncu_kernels.sh build-gpu "$NCU_KERNELS" "${NCU_PRECISION:-bf16}" | head -60
+fi
 if [ "${RESUME_CHECK:-0}" = 1 ]; then
   bash scripts/gpu_resume_check.sh build-gpu > "$OUT/resume_check.log" 2>&1; grep -E "resume \[|failed" "$OUT/resume_check.log"
 fi
