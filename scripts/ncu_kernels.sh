@@ -4,20 +4,21 @@
 # ncu reads hardware counters only on some GPU-machine runtimes (see the device tool's notes);
 # clocks are left alone (--clock-control none).
 # Usage: scripts/ncu_kernels.sh BUILD_DIR KERNEL_REGEX [PRECISION] [LAUNCH_COUNT]
-# e.g. scripts/ncu_kernels.sh build-gpu 'layer_norm|gelu|add_words' bf16 40
+# e.g. scripts/ncu_kernels.sh build-gpu 'layer_norm|gelu|add_words' bf16 200
 set -uo pipefail
 build=${1:?build dir}
 regex=${2:?kernel name regex}
 precision=${3:-bf16}
-count=${4:-40}
+count=${4:-200}
 out=${OUT:-bench-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 command -v ncu > /dev/null || { echo "ncu not found"; exit 1; }
-# Two warm-up steps, then one step profiled; --launch-skip passes the first steps' launches of
-# the matching kernels (autotuning and first-use allocations happen there).
-ncu --clock-control none --target-processes all --kernel-name "regex:$regex" --launch-skip "$count" \
-  --launch-count "$count" --section SpeedOfLight --section Occupancy --section LaunchStats --csv \
+# Four steps; only kernels inside step 4's NVTX range (domain vitddp) are profiled, after the
+# first steps' autotuning and first-use allocations; at most LAUNCH_COUNT of them.
+ncu --clock-control none --target-processes all --nvtx --nvtx-include "vitddp@step 4/" \
+  --kernel-name "regex:$regex" --launch-count "$count" \
+  --section SpeedOfLight --section Occupancy --section LaunchStats --csv \
   "$build/bin/train" --gpus 1 --model vit_l_32 --precision "$precision" --data gpu --warmup 2 --steps 2 \
   --print-every 0 > "$out/ncu_$precision.csv" 2> "$out/ncu_$precision.log"
 status=$?
