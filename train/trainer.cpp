@@ -33,6 +33,7 @@
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
 #include "train/step_tracer.h"
+#include "train/utilisation.h"
 #include "train/trace_summary.h"
 #include "models/vit/vit.h"
 #if VITDDP_WITH_CUDA
@@ -55,6 +56,18 @@ std::string describe_visible_gpus() {
 #else
   return "none (this build has no CUDA backend)";
 #endif
+}
+
+// The GPU's name for its peak rate (train/utilisation.h); "" for the CPU.
+std::string gpu_name(const Device& device) {
+#if VITDDP_WITH_CUDA
+  if (device.is_cuda()) {
+    const std::vector<std::string> devices = cuda::describe_devices();  // "0: NVIDIA H200 (139 GiB)"
+    if (device.index < static_cast<int>(devices.size())) return devices[device.index];
+  }
+#endif
+  (void)device;
+  return "";
 }
 
 VitConfig model_config(const TrainConfig& c, bool on_gpu) {
@@ -125,6 +138,10 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   j["median_step_ms"] = median_step_ms;
   j["peak_mem_mib"] = peak_memory_mib;
   j["loader_images_per_s"] = loader_images_per_s;
+  j["train_gflop_per_image"] = model.training_flops_per_image() / 1e9;
+  j["achieved_tflops_per_gpu"] = achieved_tflops_per_gpu;
+  j["gpu_peak_tflops"] = gpu_peak_tflops > 0 ? nlohmann::json(gpu_peak_tflops) : nlohmann::json();
+  j["mfu_pct"] = mfu_pct ? nlohmann::json(*mfu_pct) : nlohmann::json();
   j["precision"] = config.precision;
   if (!op_breakdown.is_null()) j["op_breakdown"] = op_breakdown;
   if (!trace.is_null() && !trace.empty()) {
@@ -583,11 +600,19 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
   result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();
+  const Utilisation use = utilisation(result.images_per_s / world, run.model.training_flops_per_image(),
+                                      gpu_name(device));
+  result.gpu_peak_tflops = use.peak_tflops;
+  result.achieved_tflops_per_gpu = use.tflops_per_gpu;
+  result.mfu_pct = use.mfu_pct;
 
   out << "summary: " << run.model.name << " on " << (world > 1 ? std::to_string(world) + " ranks, rank 0 " : "") << run.device << " (" << config.precision << "): " << std::setprecision(4)
       << result.steps_per_s << " steps/s, " << result.images_per_s << " img/s, median step " << result.median_step_ms
       << " ms, peak memory " << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> "
-      << result.losses.back();
+      << result.losses.back() << ", " << std::setprecision(4) << result.achieved_tflops_per_gpu << " TFLOP/s"
+      << (device.is_cuda() ? " per GPU" : " per process");
+  if (result.mfu_pct)
+    out << " (MFU " << std::setprecision(3) << *result.mfu_pct << "% of " << result.gpu_peak_tflops << " dense bf16)";
   if (!result.trace.is_null() && result.trace.contains("exposed_comm_ms"))  // --trace: the totals too
     out << ", all-reduce " << result.trace["comm_ms"].get<double>() << " ms/step of which exposed "
         << result.trace["exposed_comm_ms"].get<double>() << " (overlap " << result.trace["overlap_pct"].get<double>()

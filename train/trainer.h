@@ -3,6 +3,7 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct RunResult {
   double median_step_ms = 0;          // median of the timed steps
   double peak_memory_mib = 0;         // peak bytes allocated on the training device after warm-up
   double loader_images_per_s = 0;     // what the data loader delivered (0 without a loader)
+  double gpu_peak_tflops = 0;         // the GPU's dense bf16 peak (train/utilisation.h), 0 unknown
+  double achieved_tflops_per_gpu = 0; // the model's training FLOPs per second on one GPU
+  std::optional<double> mfu_pct;      // model FLOP utilisation, when the peak is known
   std::vector<double> losses;         // every step, warm-up included
   nlohmann::json op_breakdown;        // with --op-breakdown: [{op, ms, calls}], largest first
   nlohmann::json trace;               // with --trace (rank 0): means over the timed steps, see trace_summary

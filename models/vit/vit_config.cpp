@@ -65,6 +65,15 @@ int64_t VitConfig::parameter_count() const {
   return conv + tokens + num_layers * block + 2 * d + head;
 }
 
+double VitConfig::forward_flops_per_image() const {
+  const double d = static_cast<double>(hidden_dim), tokens = static_cast<double>(seq_length());
+  const double patch_embed = static_cast<double>(num_patches()) * d * in_channels * patch_size * patch_size;
+  const double projections = tokens * (3 * d * d + d * d + 2 * d * mlp_dim);  // in_proj, out_proj, MLP
+  const double attention = 2 * tokens * tokens * d;                            // Q K^T and P V, all heads
+  const double head = d * num_classes;
+  return 2.0 * (patch_embed + num_layers * (projections + attention) + head);
+}
+
 void VitConfig::validate() const {
   auto positive = [](int64_t v, const char* field) {
     VITDDP_CHECK(v > 0, "model: ", field, " must be positive, got ", v);

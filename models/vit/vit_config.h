@@ -26,6 +26,13 @@ struct VitConfig {
   int64_t seq_length() const { return num_patches() + 1; }
   // Parameter count as torchvision's VisionTransformer has it.
   int64_t parameter_count() const;
+  // FLOPs of one image's forward pass in its matrix products (2 per multiply-add: patch
+  // embedding, every token's q/k/v, output and MLP products, attention's two products per head,
+  // the classifier on the class token), elementwise work not counted; ViT-L/32 at 224: 30.8
+  // GFLOP, as NUMBERS.md counts it.
+  double forward_flops_per_image() const;
+  // Forward and backward (twice the forward: the input and the weight gradients): 3x forward.
+  double training_flops_per_image() const { return 3.0 * forward_flops_per_image(); }
   // Throws a one-line error naming the first bad field.
   void validate() const;
 };

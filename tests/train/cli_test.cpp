@@ -134,6 +134,13 @@ TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
   EXPECT_EQ(j["system"], "vitddp");
   EXPECT_EQ(j["losses"].size(), 4u);
   EXPECT_GT(j["steps_per_s"].get<double>(), 0.0);
+  // Utilisation: the model's FLOPs per image and the rate they make; no peak (and no MFU) for a CPU.
+  EXPECT_NEAR(j["train_gflop_per_image"].get<double>(), vit_config_by_name("vit_tiny").training_flops_per_image() / 1e9,
+              1e-9);
+  EXPECT_NEAR(j["achieved_tflops_per_gpu"].get<double>(),
+              j["images_per_s"].get<double>() * j["train_gflop_per_image"].get<double>() / 1e3, 1e-9);
+  EXPECT_TRUE(j["mfu_pct"].is_null());
+  EXPECT_NE(r.out.find("TFLOP/s per process"), std::string::npos) << r.out;
   // The saved weights load back into the same model by name, and differ from the init.
   SafetensorsFile file = read_safetensors(saved);
   VisionTransformer fresh(vit_config_by_name("vit_tiny"), 0);

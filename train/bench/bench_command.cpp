@@ -167,10 +167,23 @@ Outcome outcome_of(const std::string& label, int gpus, const ChildResult& r, dou
     // Exposed communication comes from the step trace where `train` has one; "n/a" otherwise.
     if (o.result.contains("exposed_comm_ms") && o.result["exposed_comm_ms"].is_number())
       o.row.exposed_comm_ms = o.result["exposed_comm_ms"].get<double>();
+    if (o.result.contains("mfu_pct") && o.result["mfu_pct"].is_number()) o.row.mfu_pct = o.result["mfu_pct"].get<double>();
   } else {
     o.row.failure = "exit 0 but no JSON result line on stdout";
   }
   return o;
+}
+
+// The reference's utilisation, counted as ours is (the same model, so the same FLOPs per image,
+// on the same GPU): its images/s per GPU against our row's FLOPs and peak, when ours had them.
+std::optional<double> same_model_utilisation(const nlohmann::json& ours, const BenchRow& theirs) {
+  if (!theirs.failure.empty() || !ours.is_object() || theirs.gpus < 1) return std::nullopt;
+  auto number = [&](const char* key) {
+    return ours.contains(key) && ours[key].is_number() ? ours[key].get<double>() : 0.0;
+  };
+  const double gflop = number("train_gflop_per_image"), peak = number("gpu_peak_tflops");
+  if (gflop <= 0 || peak <= 0) return std::nullopt;
+  return 100.0 * theirs.images_per_s / theirs.gpus * gflop * 1e9 / (peak * 1e12);
 }
 
 std::string describe(const Outcome& o, double seconds) {
@@ -282,6 +295,7 @@ int run_sweep(const SweepOptions& opt) {
     std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
     used_gpu = used_gpu || (o.result.is_object() && o.result.value("device", std::string()).rfind("cuda", 0) == 0);
     ours.push_back(o.row);
+    const nlohmann::json our_result = o.result;
 
     theirs.emplace_back();
     if (!with_reference || g_stop.load() != 0) continue;
@@ -298,6 +312,7 @@ int run_sweep(const SweepOptions& opt) {
     std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
     if (o.result.is_object() && o.result.contains("torch") && o.result["torch"].is_string())
       torch_version = o.result["torch"].get<std::string>();
+    o.row.mfu_pct = same_model_utilisation(our_result, o.row);
     theirs.back() = o.row;
   }
   sigaction(SIGINT, &old_int, nullptr);

@@ -85,35 +85,36 @@ std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows) 
 
 std::string table_markdown(const std::vector<TableRow>& rows) {
   std::string md =
-      "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) |\n"
-      "|---|--:|--:|--:|--:|--:|--:|--:|\n";
+      "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) "
+      "| MFU |\n"
+      "|---|--:|--:|--:|--:|--:|--:|--:|--:|\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
     md += "| " + markdown_cell(r.label) + " | " + std::to_string(r.gpus) + " | ";
     if (!r.failure.empty()) {
-      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |\n";
+      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |  |\n";
       continue;
     }
     md += fmt("%.2f", r.steps_per_s) + " | " + fmt("%.1f", r.images_per_s) + " | " + fmt("%.2fx", t.speedup) + " | " +
           fmt("%.1f%%", 100.0 * t.scaling_efficiency) + " | " + fmt("%.1f", value_or_nan(r.exposed_comm_ms)) + " | " +
-          fmt("%.0f", r.peak_mib) + " |\n";
+          fmt("%.0f", r.peak_mib) + " | " + fmt("%.1f%%", value_or_nan(r.mfu_pct)) + " |\n";
   }
   return md;
 }
 
 std::string table_csv(const std::vector<TableRow>& rows) {
   std::string csv =
-      "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,status\n";
+      "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,mfu_pct,status\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
     csv += csv_field(r.label) + "," + std::to_string(r.gpus) + ",";
     if (!r.failure.empty()) {
-      csv += ",,,,,," + csv_field("failed: " + r.failure) + "\n";
+      csv += ",,,,,,," + csv_field("failed: " + r.failure) + "\n";
       continue;
     }
     csv += fmt("%.4f", r.steps_per_s, "") + "," + fmt("%.3f", r.images_per_s, "") + "," + fmt("%.4f", t.speedup, "") +
            "," + fmt("%.4f", t.scaling_efficiency, "") + "," + fmt("%.3f", value_or_nan(r.exposed_comm_ms), "") + "," +
-           fmt("%.1f", r.peak_mib, "") + ",ok\n";
+           fmt("%.1f", r.peak_mib, "") + "," + fmt("%.2f", value_or_nan(r.mfu_pct), "") + ",ok\n";
   }
   return csv;
 }
@@ -129,7 +130,8 @@ nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& bas
                      {"steps_per_s", ok ? number(r.steps_per_s) : nlohmann::json()},
                      {"images_per_s", ok ? number(r.images_per_s) : nlohmann::json()},
                      {"exposed_comm_ms", ok ? number(value_or_nan(r.exposed_comm_ms)) : nlohmann::json()},
-                     {"peak_mib", ok ? number(r.peak_mib) : nlohmann::json()}};
+                     {"peak_mib", ok ? number(r.peak_mib) : nlohmann::json()},
+                     {"mfu_pct", ok ? number(value_or_nan(r.mfu_pct)) : nlohmann::json()}};
     if (!ok) j["error"] = r.failure;
     return j;
   };

@@ -1,5 +1,6 @@
 // The comparison table of a sweep: one row per configuration with its throughput, speedup over
-// the single-GPU baseline, scaling efficiency, exposed communication and peak memory, written as
+// the single-GPU baseline, scaling efficiency, exposed communication, peak memory and model FLOP
+// utilisation (train/utilisation.h), written as
 // markdown (for the terminal and docs), CSV (for spreadsheets) and JSON (for scripts).
 //
 // Note [Speedup and scaling efficiency]
@@ -27,6 +28,7 @@ struct BenchRow {
   std::optional<double> exposed_comm_ms;  // mean per step; empty when the run did not measure it ("n/a")
   double peak_mib = 0;                    // peak device memory (MiB = 2^20 bytes)
   std::string failure;                    // empty when the run succeeded, else what happened ("exit 2: ...")
+  std::optional<double> mfu_pct;          // model FLOP utilisation per GPU, when the GPU's peak is known
 };
 
 struct TableRow {

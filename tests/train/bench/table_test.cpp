@@ -35,19 +35,28 @@ TEST(Table, SpeedupAndScalingEfficiency) {
 
 TEST(Table, MarkdownMatchesGolden) {
   const std::string golden =
-      "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) |\n"
-      "|---|--:|--:|--:|--:|--:|--:|--:|\n"
-      "| no DDP, 1 GPU | 1 | 12.00 | 384.0 | 1.00x | 100.0% | 0.0 | 4807 |\n"
-      "| DDP 2 GPUs, 25 MB | 2 | 11.40 | 729.6 | 1.90x | 95.0% | 3.2 | 4807 |\n"
-      "| DDP 2 GPUs \\| P2P off | 2 | 9.00 | 576.0 | 1.50x | 75.0% | 21.5 | 5386 |\n";
+      "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) "
+      "| MFU |\n"
+      "|---|--:|--:|--:|--:|--:|--:|--:|--:|\n"
+      "| no DDP, 1 GPU | 1 | 12.00 | 384.0 | 1.00x | 100.0% | 0.0 | 4807 | n/a |\n"
+      "| DDP 2 GPUs, 25 MB | 2 | 11.40 | 729.6 | 1.90x | 95.0% | 3.2 | 4807 | n/a |\n"
+      "| DDP 2 GPUs \\| P2P off | 2 | 9.00 | 576.0 | 1.50x | 75.0% | 21.5 | 5386 | n/a |\n";
   EXPECT_EQ(table_markdown(compute_table(rows(), kBaseline)), golden);
+  // With a known peak: the utilisation, in markdown, CSV and JSON.
+  BenchRow measured = kBaseline;
+  measured.mfu_pct = 28.04;
+  const std::vector<TableRow> t = compute_table({measured}, kBaseline);
+  EXPECT_NE(table_markdown(t).find("| 4807 | 28.0% |\n"), std::string::npos) << table_markdown(t);
+  EXPECT_NE(table_csv(t).find(",4807.0,28.04,ok\n"), std::string::npos) << table_csv(t);
+  EXPECT_DOUBLE_EQ(table_json(t, kBaseline)["rows"][0]["mfu_pct"].get<double>(), 28.04);
 }
 
 TEST(Table, CsvQuotesLabelsAndKeepsPrecision) {
   std::string csv = table_csv(compute_table({{"a, \"quoted\"", 2, 1.23456, 10.5, 0.125, 99}}, kBaseline));
   EXPECT_EQ(csv,
-            "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,status\n"
-            "\"a, \"\"quoted\"\"\",2,1.2346,10.500,0.0273,0.0137,0.125,99.0,ok\n");
+            "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,mfu_pct,"
+            "status\n"
+            "\"a, \"\"quoted\"\"\",2,1.2346,10.500,0.0273,0.0137,0.125,99.0,,ok\n");
 }
 
 // A failed run keeps its row, with the failure where the numbers would be; a value the run did
@@ -59,14 +68,14 @@ TEST(Table, FailedRowsAndUnknownValues) {
   std::vector<TableRow> t = compute_table({kBaseline, failed, unmeasured}, kBaseline);
   EXPECT_EQ(t[1].speedup, 0.0);
   const std::string md = table_markdown(t);
-  EXPECT_NE(md.find("| broken | 2 | failed: exit 2: train: error: cannot read x.safetensors |  |  |  |  |  |\n"),
+  EXPECT_NE(md.find("| broken | 2 | failed: exit 2: train: error: cannot read x.safetensors |  |  |  |  |  |  |\n"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| no trace | 2 | 11.00 | 704.0 | 1.83x | 91.7% | n/a | 4900 |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| no trace | 2 | 11.00 | 704.0 | 1.83x | 91.7% | n/a | 4900 | n/a |\n"), std::string::npos) << md;
   const std::string csv = table_csv(t);
-  EXPECT_NE(csv.find("broken,2,,,,,,,failed: exit 2: train: error: cannot read x.safetensors\n"), std::string::npos)
+  EXPECT_NE(csv.find("broken,2,,,,,,,,failed: exit 2: train: error: cannot read x.safetensors\n"), std::string::npos)
       << csv;
-  EXPECT_NE(csv.find("no trace,2,11.0000,704.000,1.8333,0.9167,,4900.0,ok\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("no trace,2,11.0000,704.000,1.8333,0.9167,,4900.0,,ok\n"), std::string::npos) << csv;
   nlohmann::json j = table_json(t, kBaseline);
   EXPECT_EQ(j["rows"][1]["status"], "failed");
   EXPECT_EQ(j["rows"][1]["error"], failed.failure);
