@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/gloo_ranks.h"
 #include "common/multiprocess.h"
 #include "common/train_process.h"
 #include "distributed/comm_hook.h"
@@ -17,7 +18,6 @@
 namespace vitddp {
 namespace {
 
-using namespace std::chrono_literals;
 
 GradBucket one_bucket(std::vector<double> values) {
   GradBucket b;
@@ -33,21 +33,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 // Runs `body(rank, group)` on two Gloo ranks; every rank must return 0.
 void two_ranks(const std::function<int(int, ProcessGroup&)>& body) {
-  testing::TempFolder folder("vitddp_cast_overflow");
-  const std::string path = folder.path();
-  auto codes = testing::run_in_processes(
-      2,
-      [&](int rank) {
-        ProcessGroupOptions o;
-        o.rank = rank;
-        o.world_size = 2;
-        o.rendezvous = path;
-        o.timeout = 10000ms;
-        auto group = make_gloo_process_group(o);
-        return body(rank, *group);
-      },
-      60s);
-  EXPECT_EQ(codes, std::vector<int>(2, 0)) << testing::describe_exit_codes(codes);
+  testing::run_on_gloo_ranks(2, "cast_overflow", body);
 }
 
 TEST(CastCompressOverflow, EveryRankExplainsTheStepsThatOverflowed) {

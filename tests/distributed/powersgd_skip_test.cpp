@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/gloo_ranks.h"
 #include "common/multiprocess.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
@@ -17,7 +18,6 @@
 namespace vitddp {
 namespace {
 
-using namespace std::chrono_literals;
 
 // Two buckets (the second is the step's last), each a matrix PowerSGD compresses and a bias it
 // sends as it is.
@@ -86,40 +86,28 @@ class PowerSgdSkip : public ::testing::TestWithParam<Poison> {};
 TEST_P(PowerSgdSkip, ASkippedStepLeavesErrorAndQUntouchedOnEveryRank) {
   if (!has_gloo_backend()) GTEST_SKIP() << "this build has no Gloo";
   const Poison poison = GetParam();
-  testing::TempFolder folder("vitddp_psgd_skip");
-  const std::string path = folder.path();
   constexpr int kBadStep = 2;
-  auto codes = testing::run_in_processes(
-      2,
-      [&](int rank) {
-        ProcessGroupOptions o;
-        o.rank = rank;
-        o.world_size = 2;
-        o.rendezvous = path;
-        o.timeout = 10000ms;
-        auto group = make_gloo_process_group(o);
-        PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 11});
-        std::vector<GradBucket> buckets = make_buckets();
-        std::vector<std::vector<double>> before;
-        for (int s = 0; s < 4; ++s) {
-          before = snapshot(hook);
-          const bool bad = s == kBadStep;
-          step(*group, hook, buckets, s, bad && rank == poison.rank, poison.bucket, poison.element, poison.value);
-          const std::vector<std::vector<double>> after = snapshot(hook);
-          // Every rank sees the non-finite result (so NonfiniteCheck skips the update there too).
-          VITDDP_CHILD_CHECK(all_finite(buckets[poison.bucket].buffer) == !bad, "step ", s);
-          if (bad) {
-            VITDDP_CHILD_CHECK(after == before, "step ", s, ": the skipped step changed the PowerSGD state");
-          } else {
-            VITDDP_CHILD_CHECK(all_finite(after), "step ", s, ": the state is not finite");
-            VITDDP_CHILD_CHECK(s == 0 || after != before, "step ", s, ": a good step did not update the state");
-          }
-        }
-        VITDDP_CHILD_CHECK(hook.state().iter == 4, "iter ", hook.state().iter);
-        return 0;
-      },
-      60s);
-  EXPECT_EQ(codes, std::vector<int>(2, 0)) << testing::describe_exit_codes(codes);
+  testing::run_on_gloo_ranks(2, "psgd_skip", [&](int rank, ProcessGroup& group) {
+    PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 11});
+    std::vector<GradBucket> buckets = make_buckets();
+    std::vector<std::vector<double>> before;
+    for (int s = 0; s < 4; ++s) {
+      before = snapshot(hook);
+      const bool bad = s == kBadStep;
+      step(group, hook, buckets, s, bad && rank == poison.rank, poison.bucket, poison.element, poison.value);
+      const std::vector<std::vector<double>> after = snapshot(hook);
+      // Every rank sees the non-finite result (so NonfiniteCheck skips the update there too).
+      VITDDP_CHILD_CHECK(all_finite(buckets[poison.bucket].buffer) == !bad, "step ", s);
+      if (bad) {
+        VITDDP_CHILD_CHECK(after == before, "step ", s, ": the skipped step changed the PowerSGD state");
+      } else {
+        VITDDP_CHILD_CHECK(all_finite(after), "step ", s, ": the state is not finite");
+        VITDDP_CHILD_CHECK(s == 0 || after != before, "step ", s, ": a good step did not update the state");
+      }
+    }
+    VITDDP_CHILD_CHECK(hook.state().iter == 4, "iter ", hook.state().iter);
+    return 0;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -129,38 +117,36 @@ INSTANTIATE_TEST_SUITE_P(
                       Poison{"InfInTheFirstBucketsBias", 0, 0, 96 + 3, INFINITY}),
     [](const ::testing::TestParamInfo<Poison>& info) { return std::string(info.param.what); });
 
+// `train --procs 2` with PowerSGD in small buckets, a checkpoint after every step, and rank
+// 1's loss NaN in step 3, under --nonfinite `policy`.
+testing::TrainOutcome train_with_nan_in_step_3(const std::string& policy, const std::string& checkpoint_dir) {
+  return testing::run_train("VITDDP_FAULT=1:2:nan",
+                            "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4 "
+                            "--print-every 0 --json --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 "
+                            "--nonfinite " + policy + " --checkpoint-dir " + checkpoint_dir +
+                                " --checkpoint-every 1 --checkpoint-keep 10");
+}
+
 // Under --nonfinite stop the hook updates its state in place (PowerSgdOptions::stage_state
 // false): on finite steps the buckets and the state are bit-identical to the staged hook's.
 TEST(PowerSgdInPlace, MatchesTheStagedHookOnFiniteSteps) {
   if (!has_gloo_backend()) GTEST_SKIP() << "this build has no Gloo";
-  testing::TempFolder folder("vitddp_psgd_in_place");
-  const std::string path = folder.path();
-  auto codes = testing::run_in_processes(
-      2,
-      [&](int rank) {
-        ProcessGroupOptions o;
-        o.rank = rank;
-        o.world_size = 2;
-        o.rendezvous = path;
-        o.timeout = 10000ms;
-        auto group = make_gloo_process_group(o);
-        PowerSgdOptions staged_options{1, 1, 2.0, true, true, 11};
-        PowerSgdOptions in_place_options = staged_options;
-        in_place_options.stage_state = false;
-        PowerSgdHook staged(staged_options), in_place(in_place_options);
-        std::vector<GradBucket> a = make_buckets(), b = make_buckets();
-        for (int s = 0; s < 4; ++s) {
-          step(*group, staged, a, s, false, 0, 0, 0.0);
-          step(*group, in_place, b, s, false, 0, 0, 0.0);
-          for (size_t k = 0; k < a.size(); ++k)
-            VITDDP_CHILD_CHECK(a[k].buffer.to_vector() == b[k].buffer.to_vector(), "step ", s, ", bucket ", k);
-          VITDDP_CHILD_CHECK(snapshot(staged) == snapshot(in_place), "step ", s, ": the states differ");
-          VITDDP_CHILD_CHECK(s < 2 || all_finite(snapshot(in_place)), "step ", s);
-        }
-        return 0;
-      },
-      60s);
-  EXPECT_EQ(codes, std::vector<int>(2, 0)) << testing::describe_exit_codes(codes);
+  testing::run_on_gloo_ranks(2, "psgd_in_place", [](int rank, ProcessGroup& group) {
+    PowerSgdOptions staged_options{1, 1, 2.0, true, true, 11};
+    PowerSgdOptions in_place_options = staged_options;
+    in_place_options.stage_state = false;
+    PowerSgdHook staged(staged_options), in_place(in_place_options);
+    std::vector<GradBucket> a = make_buckets(), b = make_buckets();
+    for (int s = 0; s < 4; ++s) {
+      step(group, staged, a, s, false, 0, 0, 0.0);
+      step(group, in_place, b, s, false, 0, 0, 0.0);
+      for (size_t k = 0; k < a.size(); ++k)
+        VITDDP_CHILD_CHECK(a[k].buffer.to_vector() == b[k].buffer.to_vector(), "step ", s, ", bucket ", k);
+      VITDDP_CHILD_CHECK(snapshot(staged) == snapshot(in_place), "step ", s, ": the states differ");
+      VITDDP_CHILD_CHECK(s < 2 || all_finite(snapshot(in_place)), "step ", s);
+    }
+    return 0;
+  });
 }
 
 // The trainer under --nonfinite stop: the run stops at the non-finite step before saving it, so
@@ -168,11 +154,7 @@ TEST(PowerSgdInPlace, MatchesTheStagedHookOnFiniteSteps) {
 TEST(PowerSgdInPlaceEndToEnd, NoCheckpointIsWrittenForTheNonFiniteStep) {
   testing::TempFolder dir("vitddp_psgd_stop_train");
   const std::string ckpt = dir.path() + "/ckpt";
-  testing::TrainOutcome o = testing::run_train(
-      "VITDDP_FAULT=1:2:nan",
-      "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4 --print-every 0 "
-      "--hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --nonfinite stop --checkpoint-dir " +
-          ckpt + " --checkpoint-every 1 --checkpoint-keep 10");
+  testing::TrainOutcome o = train_with_nan_in_step_3("stop", ckpt);
   EXPECT_EQ(o.code, 5) << o.out;
   EXPECT_NE(o.out.find("non-finite gradient"), std::string::npos) << o.out;
   for (int rank = 0; rank < 2; ++rank) {
@@ -189,11 +171,7 @@ TEST(PowerSgdInPlaceEndToEnd, NoCheckpointIsWrittenForTheNonFiniteStep) {
 TEST(PowerSgdSkipEndToEnd, CheckpointsBeforeAndAfterTheSkippedStepAreEqual) {
   testing::TempFolder dir("vitddp_psgd_skip_train");
   const std::string ckpt = dir.path() + "/ckpt";
-  testing::TrainOutcome o = testing::run_train(
-      "VITDDP_FAULT=1:2:nan",
-      "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4 --print-every 0 --json "
-      "--hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --nonfinite skip --checkpoint-dir " +
-          ckpt + " --checkpoint-every 1 --checkpoint-keep 10");
+  testing::TrainOutcome o = train_with_nan_in_step_3("skip", ckpt);
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("\"skipped_steps\":1"), std::string::npos) << o.out;
   for (int rank = 0; rank < 2; ++rank) {

@@ -1,0 +1,28 @@
+#include "common/gloo_ranks.h"
+
+#include <gtest/gtest.h>
+
+#include "common/multiprocess.h"
+
+namespace vitddp::testing {
+
+void run_on_gloo_ranks(int ranks, const std::string& name, const std::function<int(int rank, ProcessGroup&)>& body,
+                       std::chrono::seconds timeout) {
+  TempFolder folder("vitddp_" + name);
+  const std::string path = folder.path();
+  auto codes = run_in_processes(
+      ranks,
+      [&](int rank) {
+        ProcessGroupOptions o;
+        o.rank = rank;
+        o.world_size = ranks;
+        o.rendezvous = path;
+        o.timeout = std::chrono::milliseconds(10000);
+        auto group = make_gloo_process_group(o);
+        return body(rank, *group);
+      },
+      timeout);
+  EXPECT_EQ(codes, std::vector<int>(ranks, 0)) << name << ": " << describe_exit_codes(codes);
+}
+
+}  // namespace vitddp::testing
