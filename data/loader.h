@@ -33,6 +33,11 @@ namespace vitddp {
 // threads, so it must be thread-safe.
 using BatchAllocator = std::function<Tensor(const Shape& shape, DType dtype)>;
 
+// Batches built or being built ahead of the consumer for `workers` workers: at least two per
+// worker, so that every worker has one to build while the consumer takes another (with 4, the
+// old fixed value, workers beyond the fourth sat idle).
+inline int prefetch_for(int workers) { return workers * 2 > 4 ? workers * 2 : 4; }
+
 struct LoaderOptions {
   int64_t batch_size = 32;
   int num_workers = 2;     // 0: each batch is built inside next(), on the caller's thread

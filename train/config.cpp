@@ -83,7 +83,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"print-every", &c.print_every, "print a progress line every N steps (0: never)"},
       {"profile-steps", &c.profile_steps,
        "A:B: call cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys's cudaProfilerApi capture"},
-      {"op-breakdown", &c.op_breakdown, "GPU: time one extra step op by op (CUDA events) and print where it goes"},
+      {"op-breakdown", &c.op_breakdown,
+       "GPU: after the timed steps, run two more (their updates are kept): one timing how long the host takes to "
+       "issue a step against when the GPU finishes it, one timed op by op (CUDA events), and print where it goes"},
       {"trace", &c.trace,
        "write a Chrome trace (Perfetto, chrome://tracing) of every step and rank to FILE, with per-step and "
        "per-bucket analysis (exposed communication, overlap)"},
@@ -191,6 +193,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(gpus >= 0, "--gpus must be >= 0, got ", gpus);
   VITDDP_CHECK(procs >= 0, "--procs must be >= 0, got ", procs);
   VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
+  VITDDP_CHECK(!op_breakdown || (procs == 0 && device != "cpu"),
+               "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
   VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
   VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,

@@ -214,7 +214,8 @@ void configure_device(const Device& device, const TrainConfig& config) {
 #endif
 }
 
-// One more (untimed) step with the op profiler on; prints and returns time per op type.
+// Two more (untimed) steps after the timed ones: one plain, from an idle GPU, timing the host
+// against the GPU; one with the op profiler on. Prints both; returns time per op type.
 template <typename StepFn>
 nlohmann::json op_breakdown(const Device& device, StepFn&& step, std::ostream& out) {
   nlohmann::json rows = nlohmann::json::array();
@@ -612,7 +613,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       << result.losses.back() << ", " << std::setprecision(4) << result.achieved_tflops_per_gpu << " TFLOP/s"
       << (device.is_cuda() ? " per GPU" : " per process");
   if (result.mfu_pct)
-    out << " (MFU " << std::setprecision(3) << *result.mfu_pct << "% of " << result.gpu_peak_tflops << " dense bf16)";
+    out << " (MFU " << std::setprecision(3) << *result.mfu_pct << "% of " << result.gpu_peak_tflops
+        << " TFLOP/s, the GPU's dense bf16 peak)";
   if (!result.trace.is_null() && result.trace.contains("exposed_comm_ms"))  // --trace: the totals too
     out << ", all-reduce " << result.trace["comm_ms"].get<double>() << " ms/step of which exposed "
         << result.trace["exposed_comm_ms"].get<double>() << " (overlap " << result.trace["overlap_pct"].get<double>()

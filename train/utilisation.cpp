@@ -4,7 +4,7 @@ namespace vitddp {
 
 double dense_bf16_peak_tflops(const std::string& gpu_name) {
   auto has = [&](const char* part) { return gpu_name.find(part) != std::string::npos; };
-  if (has("H200")) return 989.0;
+  if (has("H200")) return has("NVL") ? 835.0 : 989.0;
   if (has("H100")) return has("PCIe") ? 756.0 : has("NVL") ? 835.0 : 989.0;  // SXM: 989
   if (has("A100")) return 312.0;
   return 0.0;

@@ -74,6 +74,7 @@ TEST(TrainCli, BadFlagsAndModels) {
 TEST(TrainCli, GpusWithoutGpusIsAClearError) {
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --device cuda", "cuda:0 asked for but 0 GPU(s) visible"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --procs 2 --op-breakdown", "--op-breakdown times CUDA kernels"));
   // Refused before training (one line on stderr, no progress lines on stdout).
   ProcessResult r = train(std::string(kTiny) + " --device cpu --op-breakdown");
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -26,6 +26,7 @@ nlohmann::json LoaderBenchResult::to_json() const {
   j["batch_size"] = batch_size;
   j["workers"] = workers;
   j["batches"] = batches;
+  j["images"] = images;
   j["warmup_batches"] = warmup_batches;
   j["seconds"] = seconds;
   j["wait_seconds"] = wait_seconds;
@@ -39,7 +40,8 @@ std::string LoaderBenchResult::summary() const {
   s << "loader alone: " << model << " images " << channels << "x" << image_size << "x" << image_size << ", batch "
     << batch_size << ", " << workers << (workers == 1 ? " worker" : " workers") << ", data " << data << ": "
     << std::fixed << std::setprecision(1) << images_per_second() << " images/s, " << std::setprecision(2)
-    << batches_per_second() << " batches/s (" << batches << " batches after " << warmup_batches << " warm-up)";
+    << batches_per_second() << " batches/s (" << batches << (batches == 1 ? " batch" : " batches") << " of "
+    << images << " images after " << warmup_batches << " warm-up)";
   return s.str();
 }
 
@@ -51,6 +53,7 @@ LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model
   LoaderOptions loader_options;
   loader_options.batch_size = config.batch_size;
   loader_options.num_workers = config.workers;
+  loader_options.prefetch = prefetch_for(config.workers);  // as a training run's loader
   DataLoader loader(*dataset, DistributedSampler(sampler_options), loader_options);
 
   LoaderBenchResult r;
@@ -60,14 +63,16 @@ LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model
   r.image_size = model.image_size;
   r.batch_size = config.batch_size;
   r.workers = config.workers;
-  r.batches = config.steps;
   r.warmup_batches = config.warmup;
   for (int64_t i = 0; i < config.warmup; ++i) loader.next();
-  const double waited_before = loader.stats().wait_seconds;
+  const LoaderStats before = loader.stats();
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < config.steps; ++i) loader.next();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.wait_seconds = loader.stats().wait_seconds - waited_before;
+  const LoaderStats after = loader.stats();
+  r.batches = after.batches - before.batches;
+  r.images = after.images - before.images;
+  r.wait_seconds = after.wait_seconds - before.wait_seconds;
   return r;
 }
 
@@ -82,6 +87,10 @@ int run_bench_loader(int argc, char** argv) {
                "(each rank of a run has a loader of its own)");
   VITDDP_CHECK(config.data != "gpu", "train bench loader: --data gpu makes the batches on the GPU, so there is "
                                      "no loader to measure; name synthetic, learnable or a .safetensors file");
+  VITDDP_CHECK(config.accumulate == 1 && !config.resume && config.checkpoint_dir.empty() && config.save.empty() &&
+                   !config.op_breakdown && config.trace.empty(),
+               "train bench loader times the loader alone: --accumulate, --resume, --checkpoint-dir, --save, "
+               "--op-breakdown and --trace act on training (with --accumulate K a step takes K batches)");
   std::ostringstream notes;  // resolve_run's note on the model it picks speaks of training
   const ResolvedRun run = resolve_run(config, read_rank_environment(), notes);
   const LoaderBenchResult result = bench_loader(config, run.model);

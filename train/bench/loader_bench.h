@@ -21,12 +21,13 @@ namespace vitddp::bench {
 
 struct LoaderBenchResult {
   std::string model, data;
-  int64_t channels = 0, image_size = 0, batch_size = 0, batches = 0, warmup_batches = 0;
+  int64_t channels = 0, image_size = 0, batch_size = 0, warmup_batches = 0;
+  int64_t batches = 0, images = 0;  // timed, as the loader delivered them (an epoch's last batch may be short)
   int workers = 0;
   double seconds = 0;       // the timed batches' wall time
   double wait_seconds = 0;  // of it, time next() waited for a batch (all of it when the workers
                             // cannot keep up with a consumer that takes nothing)
-  double images_per_second() const { return seconds > 0 ? batches * batch_size / seconds : 0.0; }
+  double images_per_second() const { return seconds > 0 ? images / seconds : 0.0; }
   double batches_per_second() const { return seconds > 0 ? batches / seconds : 0.0; }
   nlohmann::json to_json() const;
   std::string summary() const;  // one line
@@ -36,7 +37,9 @@ struct LoaderBenchResult {
 LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model);
 
 // The subcommand: parses the training flags after "bench loader", refuses those that do not
-// apply (--gpus, --procs, --data gpu) with one line, and prints the result (--json: one line).
+// apply (--gpus, --procs, --data gpu, and flags that only a training run acts on: --accumulate,
+// --resume, --checkpoint-dir, --save, --op-breakdown, --trace) with one line, and prints the
+// result (--json: one line).
 int run_bench_loader(int argc, char** argv);
 
 }  // namespace vitddp::bench

@@ -75,7 +75,7 @@ std::string env_value_problem(const std::string& name, const std::string& value)
     return is_name_list(value, {"LL", "LL128", "SIMPLE"}) ? "" : "must list LL, LL128 or Simple";
   if (name == "NCCL_BUFFSIZE")
     return all_digits(value) && value.size() < 13 && std::stoll(value) > 0 ? "" : "must be a positive number of bytes";
-  if (name == "NCCL_CTA_POLICY")  // NCCL 2.27+: 0 default, 1 efficiency (fewest CTAs that keep speed), 2 zero
+  if (name == "NCCL_CTA_POLICY")  // 0 default, 1 efficiency (fewest CTAs that keep speed, NCCL 2.27+), 2 zero (2.28+)
     return value == "0" || value == "1" || value == "2" ? "" : "must be 0 (default), 1 (efficiency) or 2 (zero)";
   if (name == "NCCL_MAX_CTAS" || name == "NCCL_MIN_CTAS")  // thread blocks (SMs) per collective
     return all_digits(value) && value.size() <= 2 && std::stoi(value) >= 1 && std::stoi(value) <= 64

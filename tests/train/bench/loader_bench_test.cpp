@@ -41,6 +41,18 @@ TEST(LoaderBench, JsonLineForTheRunsLoader) {
   EXPECT_NEAR(j.at("images_per_s").get<double>(), 8 * j.at("batches_per_s").get<double>(), 1e-6);
 }
 
+// An epoch of 10 images in batches of 8 gives batches of 8 and 2: the images are counted as
+// delivered, not as batches x batch size.
+TEST(LoaderBench, CountsTheImagesOfShortBatches) {
+  TrainOutcome o = testing::run_train(
+      "", "bench loader --model vit_tiny --dataset-size 10 --batch-size 8 --workers 1 --warmup 0 --steps 4 --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const nlohmann::json j = json_line(o.out);
+  EXPECT_EQ(j.at("batches"), 4);
+  EXPECT_EQ(j.at("images"), 20);
+  EXPECT_NEAR(j.at("images_per_s").get<double>(), 5 * j.at("batches_per_s").get<double>(), 1e-6);
+}
+
 TEST(LoaderBench, FlagsThatDoNotApplyAreOneLineAndExit2) {
   struct Case {
     const char* args;
@@ -48,6 +60,8 @@ TEST(LoaderBench, FlagsThatDoNotApplyAreOneLineAndExit2) {
   };
   for (const Case& c : {Case{"bench loader --data gpu", "--data gpu makes the batches on the GPU"},
                         Case{"bench loader --procs 2", "--gpus and --procs do not apply"},
+                        Case{"bench loader --accumulate 2", "with --accumulate K a step takes K batches"},
+                        Case{"bench loader --save w.safetensors", "act on training"},
                         Case{"bench loader --workers 2 --steps 0", "--steps"}}) {
     TrainOutcome o = testing::run_train("", c.args);
     EXPECT_EQ(o.code, 2) << c.args << "\n" << o.out;
@@ -69,7 +83,8 @@ TEST(LoaderBench, TimesTheBatchesAfterTheWarmUp) {
   EXPECT_GT(r.seconds, 0.0);
   EXPECT_GT(r.wait_seconds, 0.0);
   EXPECT_LE(r.wait_seconds, r.seconds);
-  EXPECT_NE(r.summary().find("3 batches after 2 warm-up"), std::string::npos) << r.summary();
+  EXPECT_EQ(r.images, 12);
+  EXPECT_NE(r.summary().find("3 batches of 12 images after 2 warm-up"), std::string::npos) << r.summary();
 }
 
 }  // namespace
