@@ -284,17 +284,19 @@ struct PowerSgdHook::SideStream {
 
 namespace {
 
-// Finishes a compressed bucket once the Q all-reduce (and the uncompressed one) are done.
+// Finishes a bucket once its Q all-reduce is done (P's, with the uncompressed tensors, came
+// before it on the same stream), or, for a bucket without matrices, its uncompressed all-reduce.
 class PowerSgdWork final : public Work {
  public:
   struct Parts {
-    std::shared_ptr<Work> q_work, flat_work;
+    std::shared_ptr<Work> q_work, flat_work;  // flat_work: only when the bucket has no matrix
     Plan plan;
     GradBucket bucket;
     Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32
                           // copy), held until the products that read it are done
     Tensor compensated;   // f32(bucket) + error, then the new error; undefined without error feedback
-    Tensor p, q, flat;
+    Tensor p, q;
+    Tensor flat;  // the uncompressed tensors' average: P's tail, or a buffer of its own
     PowerSgdState::Bucket* state = nullptr;
     std::shared_ptr<PowerSgdHook::Staged> staged;
     int world = 1;
@@ -408,17 +410,32 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   } else {
     parts.work = bucket.buffer.dtype() == DType::kF32 ? bucket.buffer : bucket.buffer.to(DType::kF32);
   }
-  // Uncompressed tensors: one flat averaging all-reduce.
-  if (parts.plan.uncompressed_numel > 0) {
-    parts.flat = Tensor::empty({parts.plan.uncompressed_numel}, DType::kF32, device);
+  // Note [Uncompressed tensors ride with P]
+  // The tensors sent as they are (biases, layer norms, poorly compressible matrices) go in P's
+  // all-reduce, after P in the same buffer, each already divided by the world size so that the
+  // sum is their average (as NCCL's ncclAvg computes it for floats): two collectives per bucket
+  // (P, Q) instead of three, which counts with small buckets on a slow link. A bucket without a
+  // compressed matrix averages them in one all-reduce of their own.
+  const int64_t u = parts.plan.uncompressed_numel;
+  const bool ride_with_p = !parts.plan.matrices.empty();
+  if (u > 0) {
+    parts.flat = ride_with_p ? Tensor() : Tensor::empty({u}, DType::kF32, device);
+    if (ride_with_p) {
+      parts.p = Tensor::empty({parts.plan.p_numel + u}, DType::kF32, device);
+      parts.flat = slice_of(parts.p, parts.plan.p_numel, {u});
+    }
     int64_t at = 0;
     for (const Plan::Run& run : parts.plan.runs) {
       slice_of(parts.flat, at, {run.numel}).copy_(slice_of(parts.work, run.offset, {run.numel}));
       at += run.numel;
     }
-    parts.flat_work = group.allreduce(parts.flat, ReduceOp::kAvg);
+    if (ride_with_p) {
+      add_inplace(parts.flat, parts.flat, 1.0 / group.size() - 1.0);  // x / world, summed below
+    } else {
+      parts.flat_work = group.allreduce(parts.flat, ReduceOp::kAvg);
+    }
   }
-  if (parts.plan.matrices.empty()) {
+  if (!ride_with_p) {
     parts.p = Tensor::empty({0}, DType::kF32, device);
     parts.q = parts.p;
     parts.q_work = parts.flat_work;
@@ -440,7 +457,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   } else {
     parts.q = initial_q();
   }
-  parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
+  if (!parts.p.defined()) parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
   const int64_t r = options_.rank;
   for (const Plan::Group& g : parts.plan.groups) {  // P = M Q
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
@@ -448,7 +465,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     product(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
             static_cast<int64_t>(g.count), mx.n, mx.m, r, MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
-  group.allreduce(parts.p, ReduceOp::kSum)->wait();
+  group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
   orthogonalize(parts.p, parts.plan.p_batch);
   for (const Plan::Group& g : parts.plan.groups) {  // Q = M^T P
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
