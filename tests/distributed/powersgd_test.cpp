@@ -75,6 +75,26 @@ TEST(PowerSgd, RankOneErrorFeedbackCarriesExactlyWhatWasNotSent) {
   for (size_t i = 0; i < fresh.size(); ++i) EXPECT_NEAR(error2[i] + sent2[i], fresh[i] + previous_error[i], 1e-5);
 }
 
+// Note [Uncompressed tensors ride with P]: one all-reduce of P (8 x 1) with the bias (8) behind
+// it, then Q (12 x 1): two collectives for the bucket, and the bias still averaged.
+TEST(PowerSgd, TwoCollectivesPerBucketWithTheUncompressedTensorsBehindP) {
+  Generator gen(5);
+  GradBucket b = make_bucket(gen, {{8, 12}, {8}});
+  const std::vector<double> input = b.buffer.to_vector();
+  testing::FakeGroup group;
+  PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 9});
+  hook.run(group, b)->wait();
+  EXPECT_EQ(group.calls, (std::vector<int64_t>{8 + 8, 12}));
+  const std::vector<double> sent = b.buffer.to_vector();
+  for (size_t i = 96; i < input.size(); ++i) EXPECT_NEAR(sent[i], 1.5 * input[i], 1e-6) << i;
+  // A bucket without a matrix to compress: one averaging all-reduce of its tensors.
+  GradBucket biases = make_bucket(gen, {{5}, {3}});
+  testing::FakeGroup other;
+  PowerSgdHook hook2(PowerSgdOptions{1, 0, 2.0, true, true, 9});
+  hook2.run(other, biases)->wait();
+  EXPECT_EQ(other.calls, (std::vector<int64_t>{8}));
+}
+
 TEST(PowerSgd, SameStartingQOnEveryRank) {
   Generator gen(4);
   GradBucket a = make_bucket(gen, {{8, 12}}), b = a;
