@@ -39,26 +39,17 @@ __global__ void scale_kernel(const T* x, StridedIndex x_index, float factor, T* 
 template <typename T>
 constexpr int kPerWord = 16 / sizeof(T);
 
-template <typename T, typename Fn>
-__device__ __forceinline__ uint4 combine_words(const uint4& a, const uint4& b, Fn fn) {
-  uint4 out;
-  const T* pa = reinterpret_cast<const T*>(&a);
-  const T* pb = reinterpret_cast<const T*>(&b);
-  T* po = reinterpret_cast<T*>(&out);
-#pragma unroll
-  for (int i = 0; i < kPerWord<T>; ++i) po[i] = from_f<T>(fn(to_f(pa[i]), to_f(pb[i])));
-  return out;
-}
-
 // out = a + alpha * b over n elements (n a multiple of the word), all contiguous and aligned.
 template <typename T>
 __global__ void add_words_kernel(const T* a, const T* b, float alpha, T* out, int64_t n) {
-  const int64_t words = n / kPerWord<T>;
-  const uint4* aw = reinterpret_cast<const uint4*>(a);
-  const uint4* bw = reinterpret_cast<const uint4*>(b);
-  uint4* ow = reinterpret_cast<uint4*>(out);
-  VITDDP_GRID_STRIDE_LOOP(i, words) {
-    ow[i] = combine_words<T>(aw[i], bw[i], [alpha](float x, float y) { return x + alpha * y; });
+  constexpr int V = kPerWord<T>;
+  VITDDP_GRID_STRIDE_LOOP(i, n / V) {
+    float x[V], y[V];
+    load_pack<V>(a, i, x);
+    load_pack<V>(b, i, y);
+#pragma unroll
+    for (int e = 0; e < V; ++e) x[e] = x[e] + alpha * y[e];
+    store_pack<V>(out, i, x);
   }
 }
 

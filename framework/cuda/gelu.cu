@@ -20,10 +20,10 @@ __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
   const int64_t quads = kQuads ? n / 4 : 0;
   VITDDP_GRID_STRIDE_LOOP(q, quads) {
     float v[4];
-    load_quad(x, q, v);
+    load_pack<4>(x, q, v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = gelu(v[i]);
-    store_quad(y, q, v);
+    store_pack<4>(y, q, v);
   }
   VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) y[i] = from_f<T>(gelu(to_f(x[i])));
 }
@@ -33,11 +33,11 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   const int64_t quads = kQuads ? n / 4 : 0;
   VITDDP_GRID_STRIDE_LOOP(q, quads) {
     float v[4], g[4];
-    load_quad(x, q, v);
-    load_quad(dy, q, g);
+    load_pack<4>(x, q, v);
+    load_pack<4>(dy, q, g);
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = gelu_grad(v[i], g[i]);
-    store_quad(dx, q, v);
+    store_pack<4>(dx, q, v);
   }
   VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) dx[i] = from_f<T>(gelu_grad(to_f(x[i]), to_f(dy[i])));
 }

@@ -90,7 +90,8 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 
 // N consecutive elements moved in one access; N = 4 is a quad (16 bytes of f32, 8 of bf16 or
 // f16): a long elementwise pass over quads issues a quarter of the memory instructions and
-// index computations. Pack k holds elements [k * N, k * N + N).
+// index computations; N * sizeof(T) = 16 is a 16-byte word (layer norm's rows). Pack k holds
+// elements [k * N, k * N + N); p must be aligned to N * sizeof(T).
 template <typename T, int N>
 struct alignas(N * sizeof(T)) Pack {
   T v[N];
@@ -109,16 +110,6 @@ __device__ __forceinline__ void store_pack(T* p, int64_t k, const float (&in)[N]
 #pragma unroll
   for (int i = 0; i < N; ++i) w.v[i] = from_f<T>(in[i]);
   reinterpret_cast<Pack<T, N>*>(p)[k] = w;
-}
-
-template <typename T>
-__device__ __forceinline__ void load_quad(const T* p, int64_t q, float (&out)[4]) {
-  load_pack<4>(p, q, out);
-}
-
-template <typename T>
-__device__ __forceinline__ void store_quad(T* p, int64_t q, const float (&in)[4]) {
-  store_pack<4>(p, q, in);
 }
 
 // Whether `p` (of elements of `element_bytes`) may be read as quads; a null pointer may.

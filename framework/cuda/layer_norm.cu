@@ -72,22 +72,6 @@ template <typename T>
 constexpr int kWordsPerLane = 32 / kPerWord<T>;  // 32 floats of registers per row operand
 
 template <typename T>
-__device__ __forceinline__ void unpack_word(const uint4& raw, float* out) {
-  const T* p = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < kPerWord<T>; ++i) out[i] = to_f(p[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 pack_word(const float* in) {
-  uint4 raw;
-  T* p = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < kPerWord<T>; ++i) p[i] = from_f<T>(in[i]);
-  return raw;
-}
-
-template <typename T>
 __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, float eps, T* y, float* mean_out,
                                               float* rstd_out, int64_t rows, int64_t d) {
   constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
@@ -95,14 +79,14 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int words = static_cast<int>(d / V);
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * d);
+  const T* xr = x + row * d;  // word j: load_pack<V>(xr, j, ...), 16 bytes
   float v[K][V];
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int j = lane + 32 * k;
     if (j < words) {
-      unpack_word<T>(xr[j], v[k]);
+      load_pack<V>(xr, j, v[k]);
 #pragma unroll
       for (int i = 0; i < V; ++i) s += v[k][i];
     }
@@ -115,19 +99,17 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
 #pragma unroll
       for (int i = 0; i < V; ++i) var += (v[k][i] - mean) * (v[k][i] - mean);
   const float rstd = rsqrtf(warp_sum(var) / d + eps);
-  const uint4* wv = reinterpret_cast<const uint4*>(w);
-  const uint4* bv = reinterpret_cast<const uint4*>(b);
-  uint4* yr = reinterpret_cast<uint4*>(y + row * d);
+  T* yr = y + row * d;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int j = lane + 32 * k;
     if (j >= words) continue;
     float wf[V], bf[V], out[V];
-    unpack_word<T>(wv[j], wf);
-    unpack_word<T>(bv[j], bf);
+    load_pack<V>(w, j, wf);
+    load_pack<V>(b, j, bf);
 #pragma unroll
     for (int i = 0; i < V; ++i) out[i] = (v[k][i] - mean) * rstd * wf[i] + bf[i];
-    yr[j] = pack_word<T>(out);
+    store_pack<V>(yr, j, out);
   }
   if (lane == 0) {
     mean_out[row] = mean;
@@ -152,7 +134,6 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + warp;
   const int words = static_cast<int>(d / V);
-  const uint4* wv = reinterpret_cast<const uint4*>(w);
   // dy and xhat of the row stay in registers for dx and for the column sums (no separate
   // accumulators: the kernel keeps the dx kernel's register budget). A warp past the last row
   // adds zeros.
@@ -162,8 +143,8 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
 #pragma unroll
     for (int i = 0; i < V; ++i) g[k][i] = xhat[k][i] = 0.0f;
   if (row < rows) {
-    const uint4* xr = reinterpret_cast<const uint4*>(x + row * d);
-    const uint4* gr = reinterpret_cast<const uint4*>(dy + row * d);
+    const T* xr = x + row * d;
+    const T* gr = dy + row * d;
     const float mu = mean[row], rs = rstd[row];
     float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
@@ -171,9 +152,9 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
       const int j = lane + 32 * k;
       if (j >= words) continue;
       float wf[V];
-      unpack_word<T>(gr[j], g[k]);
-      unpack_word<T>(xr[j], xhat[k]);
-      unpack_word<T>(wv[j], wf);
+      load_pack<V>(gr, j, g[k]);
+      load_pack<V>(xr, j, xhat[k]);
+      load_pack<V>(w, j, wf);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         xhat[k][i] = (xhat[k][i] - mu) * rs;
@@ -184,16 +165,16 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
     }
     sum_g = warp_sum(sum_g) / d;
     sum_gx = warp_sum(sum_gx) / d;
-    uint4* out = reinterpret_cast<uint4*>(dx + row * d);
+    T* out = dx + row * d;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int j = lane + 32 * k;
       if (j >= words) continue;
       float wf[V], o[V];
-      unpack_word<T>(wv[j], wf);  // from L1: the weight row is the same for every warp
+      load_pack<V>(w, j, wf);  // from L1: the weight row is the same for every warp
 #pragma unroll
       for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] * wf[i] - sum_g - xhat[k][i] * sum_gx);
-      out[j] = pack_word<T>(o);
+      store_pack<V>(out, j, o);
     }
   }
   if (!partials) return;  // the same for the whole block: no barrier is left waiting
