@@ -11,7 +11,8 @@ DataLoader::DataLoader(const Dataset& dataset, const DistributedSampler& sampler
     : dataset_(dataset), sampler_(sampler), options_(options) {
   VITDDP_CHECK(options.batch_size > 0, "data loader: batch size must be positive, got ", options.batch_size);
   VITDDP_CHECK(options.num_workers >= 0, "data loader: num_workers must be >= 0, got ", options.num_workers);
-  VITDDP_CHECK(options.prefetch >= 1, "data loader: prefetch must be >= 1, got ", options.prefetch);
+  prefetch_ = options.prefetch.value_or(std::max(4, 2 * options.num_workers));
+  VITDDP_CHECK(prefetch_ >= 1, "data loader: prefetch must be >= 1, got ", prefetch_);
   VITDDP_CHECK(options.start_step >= 0, "data loader: start_step must be >= 0, got ", options.start_step);
   const int64_t n = sampler.num_samples();
   batches_per_epoch_ = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
@@ -79,7 +80,7 @@ Batch DataLoader::build(int64_t step, const std::vector<int64_t>& indices) const
 void DataLoader::worker_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || next_claim_ < next_return_ + options_.prefetch; });
+    work_cv_.wait(lock, [&] { return stop_ || next_claim_ < next_return_ + prefetch_; });
     if (stop_) return;
     const int64_t step = next_claim_++;
     Slot slot;

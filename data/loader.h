@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -33,15 +34,13 @@ namespace vitddp {
 // threads, so it must be thread-safe.
 using BatchAllocator = std::function<Tensor(const Shape& shape, DType dtype)>;
 
-// Batches built or being built ahead of the consumer for `workers` workers: at least two per
-// worker, so that every worker has one to build while the consumer takes another (with 4, the
-// old fixed value, workers beyond the fourth sat idle).
-inline int prefetch_for(int workers) { return workers * 2 > 4 ? workers * 2 : 4; }
-
 struct LoaderOptions {
   int64_t batch_size = 32;
   int num_workers = 2;     // 0: each batch is built inside next(), on the caller's thread
-  int prefetch = 4;        // at most this many batches built or being built ahead of the consumer
+  // At most this many batches built or being built ahead of the consumer. Unset: two per worker
+  // and at least 4, so every worker has one to build while the consumer takes another (a fixed
+  // 4 left workers beyond the fourth idle).
+  std::optional<int> prefetch;
   bool drop_last = false;  // drop the last, partial batch of each epoch
   int64_t start_step = 0;  // to resume: the first next() returns global batch `start_step`
   BatchAllocator allocator;  // default: Tensor::empty(shape, dtype) on the CPU
@@ -83,6 +82,7 @@ class DataLoader {
   const Dataset& dataset_;
   DistributedSampler sampler_;
   LoaderOptions options_;
+  int prefetch_ = 0;  // options_.prefetch, or its default for the workers
   int64_t first_epoch_ = 0;
   int64_t batches_per_epoch_ = 0;
 

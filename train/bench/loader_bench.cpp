@@ -53,7 +53,6 @@ LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model
   LoaderOptions loader_options;
   loader_options.batch_size = config.batch_size;
   loader_options.num_workers = config.workers;
-  loader_options.prefetch = prefetch_for(config.workers);  // as a training run's loader
   DataLoader loader(*dataset, DistributedSampler(sampler_options), loader_options);
 
   LoaderBenchResult r;
