@@ -419,10 +419,11 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   const int64_t u = parts.plan.uncompressed_numel;
   const bool ride_with_p = !parts.plan.matrices.empty();
   if (u > 0) {
-    parts.flat = ride_with_p ? Tensor() : Tensor::empty({u}, DType::kF32, device);
     if (ride_with_p) {
       parts.p = Tensor::empty({parts.plan.p_numel + u}, DType::kF32, device);
       parts.flat = slice_of(parts.p, parts.plan.p_numel, {u});
+    } else {
+      parts.flat = Tensor::empty({u}, DType::kF32, device);
     }
     int64_t at = 0;
     for (const Plan::Run& run : parts.plan.runs) {
