@@ -19,7 +19,8 @@ namespace cpu {
 void orthogonalize_columns(const Tensor& flat, const MatrixBatch& batch, double eps = 1e-8);
 }
 namespace cuda {
-// One launch: one thread block per matrix.
+// One thread block per matrix, up to 128 matrices per launch; the host never waits for the
+// stream (the matrices' places travel as kernel arguments).
 void orthogonalize_columns(const Tensor& flat, const MatrixBatch& batch, double eps = 1e-8);
 }
 

@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "framework/cpu/orthogonalize.h"
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
@@ -7,11 +11,20 @@
 namespace vitddp::cuda {
 namespace {
 
+// Where each matrix of one launch lies, passed by value as a kernel argument: uploading it
+// from pageable host memory would make the host wait for the stream (which, for PowerSGD,
+// waits for P's all-reduce), stalling the issue of backward once per bucket.
+constexpr int kMatricesPerLaunch = 128;  // 1.5 KB of arguments, within the 4 KB limit
+struct MatrixSpans {
+  int64_t offsets[kMatricesPerLaunch];
+  int32_t rows[kMatricesPerLaunch];
+};
+
 // One block per matrix: Gram-Schmidt over its columns with block-wide reductions.
-__global__ void orthogonalize_kernel(float* base, const int64_t* offsets, const int64_t* rows, int64_t c, float eps) {
+__global__ void orthogonalize_kernel(float* base, MatrixSpans spans, int64_t c, float eps) {
   __shared__ float scratch[32];
-  float* m = base + offsets[blockIdx.x];
-  const int64_t n = rows[blockIdx.x];
+  float* m = base + spans.offsets[blockIdx.x];
+  const int64_t n = spans.rows[blockIdx.x];
   for (int64_t i = 0; i < c; ++i) {
     for (int64_t j = 0; j < i; ++j) {
       float dot = 0.0f;
@@ -35,14 +48,20 @@ void orthogonalize_columns(const Tensor& flat, const MatrixBatch& batch, double 
   check_tensor(flat.dtype() == DType::kF32 && flat.is_contiguous(), "orthogonalize", "a contiguous f32 buffer", flat);
   if (batch.offsets.empty()) return;
   OpScope scope("powersgd orthogonalize");
-  const int64_t count = static_cast<int64_t>(batch.offsets.size());
-  std::vector<int64_t> meta(batch.offsets);
-  meta.insert(meta.end(), batch.rows.begin(), batch.rows.end());
-  Tensor device_meta = Tensor::from_vector_i64(meta, {2 * count}).to(flat.device());
-  const int64_t* offsets = device_meta.data<int64_t>();
-  orthogonalize_kernel<<<static_cast<unsigned>(count), 256, 0, current_stream()>>>(
-      flat.data<float>(), offsets, offsets + count, batch.cols, static_cast<float>(eps));
-  CUDA_CHECK_LAUNCH();
+  const size_t count = batch.offsets.size();
+  VITDDP_CHECK(batch.rows.size() == count, "orthogonalize: ", count, " offsets but ", batch.rows.size(), " row counts");
+  for (size_t first = 0; first < count; first += kMatricesPerLaunch) {
+    const size_t here = std::min<size_t>(kMatricesPerLaunch, count - first);
+    MatrixSpans spans{};
+    for (size_t k = 0; k < here; ++k) {
+      VITDDP_CHECK(batch.rows[first + k] <= INT32_MAX, "orthogonalize: a matrix of ", batch.rows[first + k], " rows");
+      spans.offsets[k] = batch.offsets[first + k];
+      spans.rows[k] = static_cast<int32_t>(batch.rows[first + k]);
+    }
+    orthogonalize_kernel<<<static_cast<unsigned>(here), 256, 0, current_stream()>>>(flat.data<float>(), spans,
+                                                                                   batch.cols, static_cast<float>(eps));
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace vitddp::cuda

@@ -3,12 +3,20 @@
 // a narrow one, in f32 and bf16 buckets, rank 4.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "common/gpu.h"
 #include "common/test_utils.h"
 #include "framework/cpu/low_rank.h"
+#include "framework/cpu/orthogonalize.h"
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/check.h"
+#include "framework/cuda/stream.h"
+#endif
 
 namespace vitddp {
 namespace {
@@ -48,6 +56,58 @@ TEST(LowRankGpu, FusedPassesMatchTheCpu) {
       EXPECT_GT(moved, 1.0);
     }
   }
+#endif
+}
+
+// PowerSGD's P matrices of a whole-model bucket: more than one launch's worth (128), rows from 1
+// to more than a block of threads. The GPU gives the CPU's columns, and the call returns while
+// its stream is still held up (PowerSGD's side stream waits there for P's all-reduce; a host
+// wait would stall the issue of backward once per bucket).
+TEST(LowRankGpu, OrthogonalizeMatchesTheCpuWithoutWaitingForTheStream) {
+  VITDDP_REQUIRE_GPU();
+#if VITDDP_WITH_CUDA
+  const Device gpu = Device::cuda(0);
+  Generator gen(11);
+  MatrixBatch batch;
+  batch.cols = 4;
+  int64_t numel = 3;  // the first matrix does not start at 0
+  for (int k = 0; k < 131; ++k) {
+    const int64_t rows = k % 3 == 0 ? 4 + 37 * k : 4 + k % 7;
+    batch.offsets.push_back(numel);
+    batch.rows.push_back(rows);
+    numel += rows * batch.cols + 2;  // a gap the kernel must leave alone
+  }
+  Tensor host = testing::random_tensor({numel}, gen, DType::kF32);
+  Tensor device = host.to(gpu);
+  cpu::orthogonalize_columns(host, batch);
+
+  // Hold the stream up for 300 ms behind a host function on another stream.
+  cuda::Stream blocker = cuda::Stream::create(0);
+  cuda::Stream held = cuda::Stream::create(0);
+  CUDA_CHECK(cudaLaunchHostFunc(
+      blocker.get(), [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
+  cuda::Event released = cuda::Event::create();
+  released.record(blocker.get());
+  released.block(held.get());
+  double call_ms = 0;
+  {
+    cuda::StreamGuard on_held(held.get());
+    const auto start = std::chrono::steady_clock::now();
+    cuda::orthogonalize_columns(device, batch);
+    call_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+  held.synchronize();
+  EXPECT_LT(call_ms, 150.0) << "the call waited for its stream";
+  const std::vector<double> want = host.to_vector(), got = device.to(Device::cpu()).to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(want[i] - got[i]));
+  EXPECT_LE(worst, 1e-4);
+  double norm = 0;  // the last matrix's first column came out of unit length
+  for (int64_t r = 0; r < batch.rows.back(); ++r) {
+    const double v = got[batch.offsets.back() + r * batch.cols];
+    norm += v * v;
+  }
+  EXPECT_NEAR(norm, 1.0, 1e-4);
 #endif
 }
 
