@@ -41,6 +41,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "accepted for parity with PyTorch DDP: vitddp's reducer never walks the graph, so it changes nothing"},
       {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
       {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
+      {"concurrent-wgrad", &c.concurrent_wgrad,
+       "GPU: each linear layer's weight gradient is computed on a second stream beside its input gradient, so "
+       "that the two products fill each other's last, partly idle wave of tiles (false: one after the other)"},
       {"sm-carveout", &c.sm_carveout,
        "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
        "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
@@ -48,6 +51,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
        "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "
        "heuristic's first choice)"},
+      {"gemm-candidates", &c.gemm_candidates,
+       "GPU: how many of cuBLASLt's heuristic candidates --gemm-autotune times per matrix-product shape (more: a "
+       "longer first step, perhaps faster products; kept in a cache file of their own)"},
       {"gemm-cache-dir", &c.gemm_cache_dir,
        "folder for --gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
       {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
@@ -222,6 +228,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
+  VITDDP_CHECK(gemm_candidates >= 1 && gemm_candidates <= 256, "--gemm-candidates must be in [1, 256], got ",
+               gemm_candidates);
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
   profile_range();  // validates the format
   VITDDP_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every);

@@ -51,8 +51,10 @@ struct TrainConfig {
   bool find_unused_parameters = false;
   bool ddp = false;                // DDP (process group + reducer) even on one process, as DDP on 1 GPU
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
+  bool concurrent_wgrad = true;    // GPU: a linear layer's weight gradient on a second stream beside dX
   int64_t sm_carveout = 0;         // GPU: SMs the matrix products leave to NCCL (its block limit)
   bool gemm_autotune = true;       // GPU: time cuBLASLt's candidate algorithms per product shape, keep the fastest
+  int64_t gemm_candidates = 8;    // GPU: cuBLASLt heuristic candidates --gemm-autotune times per shape
   std::string gemm_cache_dir;      // where those choices are kept ("": $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)
   double timeout = 300.0;           // seconds a collective may take before the run is stopped
   std::string nonfinite = "stop";  // a NaN/Inf gradient: stop the run (exit 5) or skip the step

@@ -210,6 +210,8 @@ void configure_device(const Device& device, const TrainConfig& config) {
 #if VITDDP_WITH_CUDA
   cuda::set_device(device.index);
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
+  cuda::set_gemm_candidates(static_cast<int>(config.gemm_candidates));
+  cuda::set_concurrent_weight_grads(config.concurrent_wgrad);
   cuda::set_gemm_autotune(config.gemm_autotune, config.gemm_autotune ? gemm_cache_dir(config) : "");
 #endif
 }

@@ -25,6 +25,11 @@ MatmulPrecision matmul_precision();
 void set_gemm_sm_carveout(int sms);
 int gemm_sm_carveout();
 
+// Whether a linear layer's backward computes its weight gradient on a second stream beside its
+// input gradient (Note [Weight gradient beside the input gradient] in cuda/linear.cu).
+void set_concurrent_weight_grads(bool on);
+bool concurrent_weight_grads();
+
 // Whether a new matrix-product shape times cuBLASLt's candidate algorithms once and keeps the
 // fastest, or takes the heuristic's first choice (the framework's default). With a cache
 // folder, the choices are kept there per GPU (framework/io/algorithm_cache.h) and later runs
@@ -32,6 +37,11 @@ int gemm_sm_carveout();
 // chooses afresh. See Note [Choosing a GEMM algorithm] in framework/cuda/gemm.cpp.
 void set_gemm_autotune(bool on, const std::string& cache_dir = "");
 bool gemm_autotune();
+// How many of cuBLASLt's heuristic candidates autotuning times per new shape (default 8): more
+// cost more time on a shape's first step and may find a faster algorithm. Part of the cache
+// file's name, so that choices made among fewer candidates are not taken for these.
+void set_gemm_candidates(int candidates);
+int gemm_candidates();
 std::string gemm_algorithm_cache_dir();
 
 

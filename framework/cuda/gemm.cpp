@@ -98,16 +98,24 @@ struct DeviceAlgorithms {
   std::unique_ptr<AlgorithmCache> cache;
   std::string dir;   // the folder it was made for
   std::string path;  // "" : nowhere to keep them
+  int candidates = 0;  // gemm_candidates() when it was made (part of the file's name)
   bool told_unusable = false, told_unsaved = false;  // each note once
 };
+
+// "" for the default 8 candidates (the name files had before the count could change), else "-top<N>".
+std::string candidates_suffix() {
+  const int n = gemm_candidates();
+  return n == 8 ? std::string() : "-top" + std::to_string(n);
+}
 
 DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
   static std::unordered_map<int, DeviceAlgorithms> by_device;
   DeviceAlgorithms& d = by_device[device];
   const std::string dir = gemm_algorithm_cache_dir();
-  if (d.cache && d.dir == dir) return d;
+  if (d.cache && d.dir == dir && d.candidates == gemm_candidates()) return d;
   d = DeviceAlgorithms{};
   d.dir = dir;
+  d.candidates = gemm_candidates();
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::ostringstream context;
@@ -116,7 +124,7 @@ DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
   d.cache = std::make_unique<AlgorithmCache>(context.str());
   if (dir.empty()) return d;
   std::string name = std::string("gemm-algorithms-") + prop.name + "-cublaslt" + std::to_string(cublasLtGetVersion()) +
-                     "-cuda" + std::to_string(device) + ".json";
+                     "-cuda" + std::to_string(device) + candidates_suffix() + ".json";
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_') c = '_';
   d.path = dir + "/" + name;
@@ -318,11 +326,11 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = ctx.workspace_bytes();
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  constexpr int kCandidates = 8;
-  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  const int candidates = gemm_candidates();
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c,
-                                                               plan.c, pref, kCandidates, results, &found);
+                                                               plan.c, pref, candidates, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (g.epilogue == GemmEpilogue::kBiasGradB && (status != CUBLAS_STATUS_SUCCESS || found == 0)) {
     plan.supported = false;  // the caller reduces the bias gradient itself
@@ -344,7 +352,7 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
     }
     // Timed without the file lock: the timing waits for this stream, which may wait for a
     // collective that a process sharing the file can only join once it has the lock.
-    const std::optional<cublasLtMatmulAlgo_t> fastest = fastest_algorithm(plan, g, results, found, ctx, stream);
+    const std::optional<cublasLtMatmulAlgo_t> fastest = fastest_algorithm(plan, g, results.data(), found, ctx, stream);
     if (!fastest) return plan;  // the heuristic's choice, not kept
     plan.algo = *fastest;
     keep_choice(kept, problem, &plan, ctx);
@@ -352,23 +360,37 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   return plan;
 }
 
+PlanKey key_of(const GemmArgs& g, const CudaContext& ctx) {
+  const int carveout = gemm_sm_carveout();
+  const int sm_target = carveout > 0 ? std::max(1, ctx.sm_count() - carveout) : 0;
+  return PlanKey{ctx.device(), g.trans_a,  g.trans_b,  g.m,       g.n,        g.k,
+                 g.lda,        g.ldb,      g.ldc,      g.batch,   g.stride_a, g.stride_b,
+                 g.stride_c,   g.dtype,    g.epilogue, matmul_precision(), g.beta != 0.0f, sm_target};
+}
+
+std::mutex g_plans_mutex;
+std::unordered_map<PlanKey, Plan, PlanKeyHash>& plans() {
+  static std::unordered_map<PlanKey, Plan, PlanKeyHash> by_key;
+  return by_key;
+}
+
 }  // namespace
+
+bool gemm_planned(const GemmArgs& g) {
+  const CudaContext& ctx = CudaContext::for_device(current_device());
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  return plans().count(key_of(g, ctx)) > 0;
+}
 
 bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   VITDDP_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0, "gemm with an empty dimension");
   VITDDP_ASSERT(g.epilogue == GemmEpilogue::kNone || g.bias != nullptr, "gemm: bias epilogue without a bias");
-  const int device = current_device();
-  CudaContext& ctx = CudaContext::for_device(device);
-  const MatmulPrecision precision = matmul_precision();
-  const int carveout = gemm_sm_carveout();
-  const int sm_target = carveout > 0 ? std::max(1, ctx.sm_count() - carveout) : 0;
-  PlanKey key{device,     g.trans_a,  g.trans_b,  g.m,     g.n,        g.k,       g.lda,          g.ldb,    g.ldc,
-              g.batch,    g.stride_a, g.stride_b, g.stride_c, g.dtype, g.epilogue, precision, g.beta != 0.0f, sm_target};
-  static std::mutex mutex;
-  static std::unordered_map<PlanKey, Plan, PlanKeyHash> plans;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(g, key, ctx, precision, sm_target, stream)).first;
+  CudaContext& ctx = CudaContext::for_device(current_device());
+  const PlanKey key = key_of(g, ctx);
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  auto it = plans().find(key);
+  if (it == plans().end())
+    it = plans().emplace(key, make_plan(g, key, ctx, key.precision, key.sm_target, stream)).first;
   const Plan& plan = it->second;
   if (!plan.supported) return false;
   if (g.epilogue != GemmEpilogue::kNone)  // the bias pointer changes per call; the descriptor is shared

@@ -39,5 +39,8 @@ struct GemmArgs {
 void gemm(const GemmArgs& args, cudaStream_t stream);
 // As gemm, but returns false (doing nothing) where cuBLASLt has no algorithm for the epilogue.
 bool try_gemm(const GemmArgs& args, cudaStream_t stream);
+// Whether this product's shape (with the current precision and carve-out) has its plan already,
+// i.e. a call makes no heuristic query and times nothing.
+bool gemm_planned(const GemmArgs& args);
 
 }  // namespace vitddp::cuda

@@ -1,5 +1,9 @@
 // Row-major products expressed in cuBLAS's column-major terms: a row-major (R, C) buffer is a
 // column-major (C, R) matrix, so row-major Y = X W^T is column-major Y^T = W X^T.
+#include <optional>
+#include <unordered_map>
+
+#include "framework/cuda/context.h"
 #include "framework/cuda/gemm.h"
 #include "framework/cuda/linear.h"
 #include "framework/cuda/reduce.h"
@@ -29,51 +33,116 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
   gemm(g, current_stream());
 }
 
+// Note [Weight gradient beside the input gradient]
+// A linear layer's backward is two independent products, dX = dY W and dW = dY^T X. ViT-L's
+// are 1600 rows by 1024-4096 columns: each fills the GPU in one or two waves of tiles and a
+// partial last one, in which most SMs idle (the fp32 products ran at ~70% of the SIMT peak).
+// Run one after the other, both pay their tail; on two streams the second one's tiles fill the
+// first one's tail. So dW (with the bias gradient) goes to a stream of this thread's own,
+// forked from the current stream after what came before, and the current stream waits for it
+// before the op returns: to everything else the op is as before. Until a shape's plan exists
+// both run on the current stream, so that autotuning times candidates on an otherwise idle
+// stream, not beside the other product. The bytes written do not depend on the stream, so
+// results are bit-identical either way.
+namespace {
+struct BesideStream {
+  Stream stream;
+  Event fork_point, joined;
+};
+// Never destroyed (like the compute streams): nothing to tear down after the driver at exit.
+BesideStream& beside_stream(int device) {
+  thread_local auto* by_device = new std::unordered_map<int, BesideStream>();
+  auto it = by_device->find(device);
+  if (it == by_device->end())
+    it = by_device->emplace(device, BesideStream{Stream::create(device), Event::create(), Event::create()}).first;
+  return it->second;
+}
+
+GemmArgs input_grad_args(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx) {
+  const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+  GemmArgs g;  // dX (M, K) = dY (M, N) W (N, K)  ->  col-major dX^T = W^T dY^T
+  g.m = k;
+  g.n = m;
+  g.k = n;
+  g.a = w.data_ptr();
+  g.lda = k;
+  g.b = dy.data_ptr();
+  g.ldb = n;
+  g.c = dx.data_ptr();
+  g.ldc = k;
+  g.dtype = x.dtype();
+  return g;
+}
+
+GemmArgs weight_grad_args(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dw, GradWrite writes) {
+  const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+  GemmArgs g;  // dW (N, K) = dY^T X  ->  col-major dW^T = X^T dY
+  g.trans_b = true;
+  g.m = k;
+  g.n = n;
+  g.k = m;
+  g.a = x.data_ptr();
+  g.lda = k;
+  g.b = dy.data_ptr();
+  g.ldb = n;
+  g.c = dw.data_ptr();
+  g.ldc = k;
+  g.dtype = x.dtype();
+  if (writes == GradWrite::kAccumulate) g.beta = 1.0f;
+  return g;
+}
+
+// A written (not accumulated) bias gradient comes out of the weight-gradient product: the
+// epilogue sums dY's columns while dY passes through (one read of dY and one launch fewer). In
+// training that is the step's first gradient of a layer (Note [Gradients in place]); an added
+// one (a second micro-batch) takes the column sum, as no cuBLASLt epilogue adds.
+bool bias_grad_in_epilogue(const Tensor& x, const Tensor& db, GradWrite writes) {
+  return db.defined() && writes == GradWrite::kOverwrite && db.dtype() == x.dtype();
+}
+GemmArgs with_bias_grad(GemmArgs g, const Tensor& db) {
+  g.epilogue = GemmEpilogue::kBiasGradB;
+  g.bias = db.data_ptr();
+  return g;
+}
+
+void weight_and_bias_grads(const GemmArgs& g, const Tensor& x, const Tensor& dy, const Tensor& db, GradWrite writes) {
+  bool bias_done = false;
+  if (bias_grad_in_epilogue(x, db, writes)) bias_done = try_gemm(with_bias_grad(g, db), current_stream());
+  if (!bias_done) gemm(g, current_stream());
+  if (db.defined() && !bias_done) {
+    const int64_t n = g.n, m = g.k;
+    sum_rows(dy.data_ptr(), dy.dtype(), m, n, db.data_ptr(), writes == GradWrite::kAccumulate);
+  }
+}
+}  // namespace
+
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx, const Tensor& dw,
                      const Tensor& db, GradWrite weight_grads) {
-  const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
-  if (dx.defined()) {  // dX (M, K) = dY (M, N) W (N, K)  ->  col-major dX^T = W^T dY^T
-    GemmArgs g;
-    g.m = k;
-    g.n = m;
-    g.k = n;
-    g.a = w.data_ptr();
-    g.lda = k;
-    g.b = dy.data_ptr();
-    g.ldb = n;
-    g.c = dx.data_ptr();
-    g.ldc = k;
-    g.dtype = x.dtype();
-    gemm(g, current_stream());
+  const int64_t k = w.size(1), m = x.numel() / k;
+  const std::optional<GemmArgs> input = dx.defined() ? std::optional(input_grad_args(x, w, dy, dx)) : std::nullopt;
+  if (!dw.defined()) {
+    if (input) gemm(*input, current_stream());
+    if (db.defined()) sum_rows(dy.data_ptr(), dy.dtype(), m, w.size(0), db.data_ptr(),
+                               weight_grads == GradWrite::kAccumulate);
+    return;
   }
-  if (dw.defined()) {  // dW (N, K) = dY^T X  ->  col-major dW^T = X^T dY
-    GemmArgs g;
-    g.trans_b = true;
-    g.m = k;
-    g.n = n;
-    g.k = m;
-    g.a = x.data_ptr();
-    g.lda = k;
-    g.b = dy.data_ptr();
-    g.ldb = n;
-    g.c = dw.data_ptr();
-    g.ldc = k;
-    g.dtype = x.dtype();
-    if (weight_grads == GradWrite::kAccumulate) g.beta = 1.0f;
-    // A written (not accumulated) bias gradient comes out of the same product: the epilogue sums
-    // dY's columns while dY passes through (one read of dY and one launch fewer). In training
-    // that is the step's first gradient of a layer (Note [Gradients in place]); an added one
-    // (a second micro-batch) takes the column sum below, as no cuBLASLt epilogue adds.
-    if (db.defined() && weight_grads == GradWrite::kOverwrite && db.dtype() == x.dtype()) {
-      GemmArgs fused = g;
-      fused.epilogue = GemmEpilogue::kBiasGradB;
-      fused.bias = db.data_ptr();
-      if (try_gemm(fused, current_stream())) return;
-    }
-    gemm(g, current_stream());
+  const GemmArgs weight = weight_grad_args(x, w, dy, dw, weight_grads);
+  const GemmArgs first_weight = bias_grad_in_epilogue(x, db, weight_grads) ? with_bias_grad(weight, db) : weight;
+  const bool beside = input && concurrent_weight_grads() && gemm_planned(*input) && gemm_planned(first_weight);
+  if (!beside) {
+    if (input) gemm(*input, current_stream());
+    weight_and_bias_grads(weight, x, dy, db, weight_grads);
+    return;
   }
-  if (db.defined())
-    sum_rows(dy.data_ptr(), dy.dtype(), m, n, db.data_ptr(), weight_grads == GradWrite::kAccumulate);
+  BesideStream& side = beside_stream(current_device());
+  const cudaStream_t main = current_stream();
+  {
+    ForkedStreamScope scope(side.stream.get(), side.fork_point);  // forks before dX is queued
+    gemm(*input, main);  // dX first: the next op waits for it
+    weight_and_bias_grads(weight, x, dy, db, weight_grads);
+    side.joined.record(side.stream.get());
+  }
+  side.joined.block(main);
 }
 
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K, int64_t N,

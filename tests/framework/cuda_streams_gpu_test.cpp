@@ -9,6 +9,7 @@
 #include "framework/ops/linear.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/context.h"
+#include "framework/cuda/linear.h"
 #include "framework/cuda/stream.h"
 #endif
 
@@ -75,6 +76,42 @@ TEST(CudaStreams, ProductsOnTwoStreamsAtOnceMatchTheCpu) {
     side.synchronize();
     EXPECT_LE(testing::relative_error(on_compute.to(Device::cpu()), want_b), 1e-5) << "round " << round;
     EXPECT_LE(testing::relative_error(on_side.to(Device::cpu()), want_c), 1e-5) << "round " << round;
+  }
+#endif
+}
+
+// A linear layer's weight gradient on the second stream (Note [Weight gradient beside the input
+// gradient]): the same bits as one product after the other, written and accumulated, in f32
+// and bf16, and the op's results are ready on the current stream when it returns.
+TEST(CudaStreams, WeightGradientBesideTheInputGradientGivesTheSameBits) {
+  VITDDP_REQUIRE_GPU();
+#if VITDDP_WITH_CUDA
+  const Device gpu = Device::cuda(0);
+  Generator gen(5);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Tensor x = testing::random_tensor({300, 256}, gen, DType::kF32).to(dtype).to(gpu);
+    const Tensor w = testing::random_tensor({520, 256}, gen, DType::kF32).to(dtype).to(gpu);
+    const Tensor dy = testing::random_tensor({300, 520}, gen, DType::kF32).to(dtype).to(gpu);
+    const Tensor start_dw = testing::random_tensor({520, 256}, gen, DType::kF32).to(dtype).to(gpu);
+    const Tensor start_db = testing::random_tensor({520}, gen, DType::kF32).to(dtype).to(gpu);
+    std::vector<std::vector<double>> results[2];
+    for (bool beside : {false, true}) {
+      cuda::set_concurrent_weight_grads(beside);
+      for (GradWrite writes : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
+        for (int call = 0; call < 2; ++call) {  // the first call makes the plans (one stream)
+          Tensor dx = Tensor::empty({300, 256}, dtype, gpu), dw = start_dw.clone(), db = start_db.clone();
+          cuda::linear_backward(x, w, dy, dx, dw, db, writes);
+          // Read back through the current stream only: the op has joined the second stream.
+          if (call == 1)
+            for (const Tensor& t : {dx, dw, db}) results[beside].push_back(t.to(Device::cpu()).to_vector());
+        }
+      }
+    }
+    cuda::set_concurrent_weight_grads(false);
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[0][i], results[1][i]) << "result " << i;
+    EXPECT_NE(results[0][1], results[0][4]);  // accumulating into dW did add
   }
 #endif
 }

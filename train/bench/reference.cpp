@@ -33,7 +33,7 @@ ReferenceCommand reference_command(const SweepRun& run, const nlohmann::json& tr
                                                "hook",      "powersgd-rank", "device",  "procs"};
   static const std::set<std::string> ignored = {"lr",   "seed", "print-every", "json", "timeout", "nonfinite",
                                                 "save", "op-breakdown", "profile-steps", "gemm-autotune",
-                                                "gemm-cache-dir"};
+                                                "gemm-cache-dir", "gemm-candidates", "concurrent-wgrad"};
   if (changed("procs")) return none("--procs: the reference trains on GPUs only");
   const std::string device = text_of(c["device"]);
   if (device == "cpu") return none("--device cpu: the reference trains on GPUs only");
