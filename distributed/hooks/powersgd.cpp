@@ -62,21 +62,19 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group
 #endif
 }
 
-// a -= b; flag (1) i64 := 1 when any result is not finite (else left as it is).
-void subtract_mark_nonfinite(const Tensor& a, const Tensor& b, const Tensor& flag) {
-  if (a.device().is_cuda()) {
+void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat) {
+  if (src.device().is_cpu()) return cpu::gather_runs(src, runs, scale, flat);
 #if VITDDP_WITH_CUDA
-    return cuda::subtract_mark_nonfinite(a, b, flag);
+  cuda::gather_runs(src, runs, scale, flat);
 #endif
-  }
-  float* x = a.data<float>();
-  const float* y = b.data<float>();
-  bool bad = false;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    x[i] -= y[i];
-    bad |= !std::isfinite(x[i]);
-  }
-  if (bad) flag.data<int64_t>()[0] = 1;
+}
+
+void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
+                  const Tensor& flag) {
+  if (bucket.device().is_cpu()) return cpu::scatter_runs(flat, runs, bucket, residual, flag);
+#if VITDDP_WITH_CUDA
+  cuda::scatter_runs(flat, runs, bucket, residual, flag);
+#endif
 }
 
 void mark_nonfinite(const Tensor& x, const Tensor& flag) {
@@ -126,11 +124,8 @@ struct Plan {
   std::vector<size_t> uncompressed;
   // The uncompressed tensors as runs of the bucket that lie back to back (a layer norm's weight
   // and bias, the next bias: alignment padding between them, always zero, goes along), copied
-  // to and from the flat all-reduce buffer one run at a time.
-  struct Run {
-    int64_t offset = 0, numel = 0;  // in the bucket
-  };
-  std::vector<Run> runs;
+  // to and from the flat all-reduce buffer in one launch each way.
+  BucketRuns runs;
   int64_t p_numel = 0, q_numel = 0, uncompressed_numel = 0;
   MatrixBatch p_batch;
 };
@@ -158,20 +153,20 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
   size_t previous = SIZE_MAX;
   for (size_t t : plan.uncompressed) {
     const int64_t at = bucket.offsets[t], numel = shape_numel(bucket.shapes[t]);
-    if (!plan.runs.empty() && t == previous + 1) {  // neighbours: only padding between them
-      Plan::Run& last = plan.runs.back();
-      const int64_t gap = at - (last.offset + last.numel);
+    if (!plan.runs.offsets.empty() && t == previous + 1) {  // neighbours: only padding between them
+      int64_t& last_numel = plan.runs.numels.back();
+      const int64_t gap = at - (plan.runs.offsets.back() + last_numel);
       if (gap >= 0 && gap < 16) {  // the arena's alignment padding at most
-        last.numel += gap + numel;
+        last_numel += gap + numel;
         previous = t;
         continue;
       }
     }
-    plan.runs.push_back({at, numel});
+    plan.runs.offsets.push_back(at);
+    plan.runs.numels.push_back(numel);
     previous = t;
   }
-  plan.uncompressed_numel = 0;
-  for (const Plan::Run& run : plan.runs) plan.uncompressed_numel += run.numel;
+  plan.uncompressed_numel = plan.runs.total();
   // Group: per shape, in bucket order, runs of matrices at a constant distance.
   std::vector<Plan::Matrix> by_shape = plan.matrices;
   std::stable_sort(by_shape.begin(), by_shape.end(), [](const Plan::Matrix& a, const Plan::Matrix& b) {
@@ -326,14 +321,8 @@ class PowerSgdWork final : public Work {
       group.q_offset = mx.q_offset;
       expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, p_.compensated, staged.skip);
     }
-    int64_t at = 0;
-    for (const Plan::Run& run : p_.plan.runs) {  // the uncompressed tensors: their plain average
-      Tensor averaged = slice_of(p_.flat, at, {run.numel});
-      slice_of(p_.bucket.buffer, run.offset, {run.numel}).copy_(averaged);
-      if (p_.compensated.defined())
-        subtract_mark_nonfinite(slice_of(p_.compensated, run.offset, {run.numel}), averaged, staged.skip);
-      at += run.numel;
-    }
+    if (p_.flat.defined())  // the uncompressed tensors: their plain average
+      scatter_runs(p_.flat, p_.plan.runs, p_.bucket.buffer, p_.compensated, staged.skip);
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
     // In place (not staged) the state already is the new one; only the flag is kept.
     const bool in_place_error = p_.compensated.defined() && p_.compensated.same_impl(p_.state->error);
@@ -425,16 +414,9 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     } else {
       parts.flat = Tensor::empty({u}, DType::kF32, device);
     }
-    int64_t at = 0;
-    for (const Plan::Run& run : parts.plan.runs) {
-      slice_of(parts.flat, at, {run.numel}).copy_(slice_of(parts.work, run.offset, {run.numel}));
-      at += run.numel;
-    }
-    if (ride_with_p) {
-      add_inplace(parts.flat, parts.flat, 1.0 / group.size() - 1.0);  // x / world, summed below
-    } else {
-      parts.flat_work = group.allreduce(parts.flat, ReduceOp::kAvg);
-    }
+    // Riding with P: x / world, summed there; alone: averaged by the all-reduce.
+    gather_runs(parts.work, parts.plan.runs, ride_with_p ? 1.0 / group.size() : 1.0, parts.flat);
+    if (!ride_with_p) parts.flat_work = group.allreduce(parts.flat, ReduceOp::kAvg);
   }
   if (!ride_with_p) {
     parts.p = Tensor::empty({0}, DType::kF32, device);

@@ -6,6 +6,22 @@
 
 namespace vitddp {
 
+int64_t BucketRuns::total() const {
+  int64_t sum = 0;
+  for (int64_t n : numels) sum += n;
+  return sum;
+}
+
+void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op) {
+  VITDDP_CHECK(runs.offsets.size() == runs.numels.size(), op, ": ", runs.offsets.size(), " run offsets but ",
+               runs.numels.size(), " lengths");
+  for (size_t i = 0; i < runs.offsets.size(); ++i)
+    VITDDP_CHECK(runs.offsets[i] >= 0 && runs.numels[i] >= 0 && runs.offsets[i] + runs.numels[i] <= bucket.numel(),
+                 op, ": run ", i, " [", runs.offsets[i], ", +", runs.numels[i], ") outside ", bucket.description());
+  VITDDP_CHECK(flat.numel() == runs.total(), op, ": ", flat.description(), " for runs of ", runs.total(),
+               " elements");
+}
+
 void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& g, const Tensor& out) {
   const int64_t last = g.offset + (g.count - 1) * g.stride + g.n * g.m;
   VITDDP_CHECK(g.count >= 1 && g.rank >= 1 && last <= out.numel() && g.p_offset + g.count * g.n * g.rank <= p.numel() &&
@@ -84,6 +100,47 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
           }
         }
     }
+  });
+  if (bad) flag.data<int64_t>()[0] = 1;
+}
+
+void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat) {
+  check_f32(src, "gather_runs");
+  check_f32(flat, "gather_runs");
+  check_bucket_runs(runs, src, flat, "gather_runs");
+  const float* s = src.data<float>();
+  float* f = flat.data<float>();
+  const float k = static_cast<float>(scale);
+  for (size_t r = 0; r < runs.offsets.size(); ++r)
+    for (int64_t i = 0; i < runs.numels[r]; ++i) *f++ = k * s[runs.offsets[r] + i];
+}
+
+void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
+                  const Tensor& flag) {
+  check_f32(flat, "scatter_runs");
+  check_tensor(bucket.is_contiguous(), "scatter_runs", "a contiguous bucket", bucket);
+  check_bucket_runs(runs, bucket, flat, "scatter_runs");
+  float* res = nullptr;
+  if (residual.defined()) {
+    check_f32(residual, "scatter_runs");
+    VITDDP_CHECK(residual.numel() == bucket.numel(), "scatter_runs: ", residual.description(), " vs ",
+                 bucket.description());
+    res = residual.data<float>();
+  }
+  bool bad = false;
+  dispatch_bucket_dtype(bucket.dtype(), "scatter_runs", [&](auto zero) {
+    using T = decltype(zero);
+    T* b = bucket.data<T>();
+    const float* f = flat.data<float>();
+    for (size_t r = 0; r < runs.offsets.size(); ++r)
+      for (int64_t i = 0; i < runs.numels[r]; ++i, ++f) {
+        const int64_t at = runs.offsets[r] + i;
+        b[at] = static_cast<T>(*f);
+        if (res) {
+          res[at] -= *f;
+          bad |= !std::isfinite(res[at]);
+        }
+      }
   });
   if (bad) flag.data<int64_t>()[0] = 1;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "framework/core/tensor.h"
 
@@ -20,6 +21,17 @@ struct LowRankGroup {
   int64_t p_offset = 0, q_offset = 0;
 };
 
+// The tensors a bucket sends uncompressed (biases, layer norms), as runs of its elements:
+// run i is bucket[offsets[i], offsets[i] + numels[i]), and the runs lie back to back, in order,
+// in a flat f32 buffer for their all-reduce.
+struct BucketRuns {
+  std::vector<int64_t> offsets, numels;
+  int64_t total() const;
+};
+
+// Throws vitddp::Error when runs lie outside the bucket or flat does not hold them all.
+void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op);
+
 // Throws vitddp::Error when a group's matrices or factors lie outside out, p or q (both
 // backends check with it).
 void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out);
@@ -32,13 +44,23 @@ void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
 // residual is NaN or Inf (left as it is otherwise).
 void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
                      const Tensor& residual, const Tensor& flag);
+// flat (f32, runs.total()) := scale * src[runs], src f32 laid out like the bucket.
+void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat);
+// bucket[runs] := flat in the bucket's dtype; when `residual` (f32, laid out like the bucket) is
+// defined, residual[runs] -= flat too, and flag (1) i64 := 1 when any of it is NaN or Inf.
+void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
+                  const Tensor& flag);
 }  // namespace cpu
 
 namespace cuda {
-// As cpu:: above; one launch each.
+// As cpu:: above; one launch each (the runs: one per 96 runs, their places as kernel arguments,
+// so that the host never waits for the stream).
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
 void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
                      const Tensor& residual, const Tensor& flag);
+void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat);
+void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
+                  const Tensor& flag);
 }  // namespace cuda
 
 }  // namespace vitddp

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "framework/cpu/low_rank.h"
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
@@ -7,15 +9,31 @@
 namespace vitddp::cuda {
 namespace {
 
-// Streams both inputs once (bandwidth-bound: the whole bucket, every PowerSGD step).
+// Streams both inputs once (bandwidth-bound: the whole bucket, every PowerSGD step); in quads
+// where all three are 16-byte aligned (a bucket and its error buffers always are).
 template <typename T>
 __global__ void add_widened_kernel(const T* g, const float* e, float* out, int64_t n) {
   VITDDP_GRID_STRIDE_LOOP(i, n) out[i] = to_f(__ldcs(g + i)) + __ldcs(e + i);
 }
+template <typename T>
+__global__ void add_widened_quads_kernel(const T* g, const float* e, float* out, int64_t n) {
+  const int64_t quads = n / 4;
+  VITDDP_GRID_STRIDE_LOOP(k, quads) {
+    float a[4], b[4];
+    load_pack<4>(g, k, a);
+    load_pack<4>(e, k, b);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) a[t] += b[t];
+    store_pack<4>(out, k, a);
+  }
+  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) out[i] = to_f(g[i]) + e[i];
+}
 
 // One block per matrix row (k, i): P's row is read once per thread from L1, Q's rows stream
 // past in j order, and the row of out (and of the residual) is written by consecutive threads.
-template <typename T>
+// Quads: each thread takes four columns (Q's four rows of r values, one 16-byte access each at
+// rank 4), when m is a multiple of 4 and the row starts 16-byte aligned in out and the residual.
+template <typename T, bool kQuads>
 __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n, int64_t m, int64_t r,
                                        int64_t stride, T* out, float* residual, unsigned long long* flag) {
   const int64_t row = blockIdx.x, k = row / n, i = row % n;
@@ -23,17 +41,100 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
   const float* qk = q + k * m * r;
   const int64_t base = k * stride + i * m;
   bool bad = false;
-  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-    float approx = 0.0f;
-    for (int64_t t = 0; t < r; ++t) approx += pk[t] * qk[j * r + t];
-    out[base + j] = from_f<T>(approx);
-    if (residual) {
-      const float v = residual[base + j] - approx;
-      residual[base + j] = v;
-      bad |= !isfinite(v);
+  if constexpr (kQuads) {
+    T* o = out + base;
+    float* res = residual ? residual + base : nullptr;
+    for (int64_t jq = threadIdx.x; jq < m / 4; jq += blockDim.x) {
+      float approx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t t = 0; t < r; ++t) {
+        const float pt = pk[t];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) approx[c] += pt * qk[(jq * 4 + c) * r + t];
+      }
+      store_pack<4>(o, jq, approx);
+      if (res) {
+        float v[4];
+        load_pack<4>(res, jq, v);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          v[c] -= approx[c];
+          bad |= !isfinite(v[c]);
+        }
+        store_pack<4>(res, jq, v);
+      }
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      float approx = 0.0f;
+      for (int64_t t = 0; t < r; ++t) approx += pk[t] * qk[j * r + t];
+      out[base + j] = from_f<T>(approx);
+      if (residual) {
+        const float v = residual[base + j] - approx;
+        residual[base + j] = v;
+        bad |= !isfinite(v);
+      }
     }
   }
   if (bad) *flag = 1;  // every writer writes the same value
+}
+
+// The places of up to kRunsPerLaunch runs, by value: uploading them from pageable host memory
+// could make the host wait for the stream (see orthogonalize.cu).
+constexpr int kRunsPerLaunch = 96;  // 2.3 KB of arguments
+struct RunTable {
+  int64_t bucket_at[kRunsPerLaunch];
+  int64_t flat_at[kRunsPerLaunch];
+  int64_t numel[kRunsPerLaunch];
+};
+
+// blockIdx.y: the run; blocks along x share its elements.
+__global__ void gather_runs_kernel(const float* src, float* flat, RunTable t, float scale) {
+  const int run = blockIdx.y;
+  const float* s = src + t.bucket_at[run];
+  float* f = flat + t.flat_at[run];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
+       i += int64_t(gridDim.x) * blockDim.x)
+    f[i] = scale * s[i];
+}
+
+template <typename T>
+__global__ void scatter_runs_kernel(const float* flat, T* bucket, float* residual, RunTable t,
+                                    unsigned long long* flag) {
+  const int run = blockIdx.y;
+  const float* f = flat + t.flat_at[run];
+  const int64_t at = t.bucket_at[run];
+  bool bad = false;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
+       i += int64_t(gridDim.x) * blockDim.x) {
+    bucket[at + i] = from_f<T>(f[i]);
+    if (residual) {
+      const float v = residual[at + i] - f[i];
+      residual[at + i] = v;
+      bad |= !isfinite(v);
+    }
+  }
+  if (bad) *flag = 1;
+}
+
+// Calls launch(table, runs_in_table, blocks_along_x) per chunk of kRunsPerLaunch runs.
+template <typename Launch>
+void for_run_tables(const BucketRuns& runs, Launch&& launch) {
+  int64_t flat_at = 0;
+  for (size_t first = 0; first < runs.offsets.size(); first += kRunsPerLaunch) {
+    const size_t count = std::min<size_t>(kRunsPerLaunch, runs.offsets.size() - first);
+    RunTable table{};
+    int64_t longest = 0;
+    for (size_t i = 0; i < count; ++i) {
+      table.bucket_at[i] = runs.offsets[first + i];
+      table.flat_at[i] = flat_at;
+      table.numel[i] = runs.numels[first + i];
+      flat_at += table.numel[i];
+      longest = std::max(longest, table.numel[i]);
+    }
+    if (longest == 0) continue;
+    const unsigned along = static_cast<unsigned>(std::min<int64_t>((longest + kThreads - 1) / kThreads, 64));
+    launch(table, static_cast<unsigned>(count), along);
+  }
 }
 
 void check_f32(const Tensor& t, const char* op) {
@@ -54,8 +155,13 @@ void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
   OpScope scope("powersgd compensate");
   dispatch_floating(grad.dtype(), "add_widened", [&](auto zero) {
     using T = decltype(zero);
-    add_widened_kernel<T><<<grid_for(n), kThreads, 0, current_stream()>>>(
-        static_cast<const T*>(grad.data_ptr()), error.data<float>(), out.data<float>(), n);
+    const T* g = static_cast<const T*>(grad.data_ptr());
+    if (quad_aligned(g, sizeof(T)) && quad_aligned(error.data<float>(), 4) && quad_aligned(out.data<float>(), 4))
+      add_widened_quads_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, current_stream()>>>(g, error.data<float>(),
+                                                                                           out.data<float>(), n);
+    else
+      add_widened_kernel<T><<<grid_for(n), kThreads, 0, current_stream()>>>(g, error.data<float>(), out.data<float>(),
+                                                                           n);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -78,13 +184,61 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
                "an i64 CUDA flag", flag);
   OpScope scope("powersgd expand");
   const unsigned rows = static_cast<unsigned>(g.count * g.n);
-  const int threads = g.m >= 256 ? 256 : static_cast<int>((g.m + 31) / 32 * 32);
   dispatch_floating(out.dtype(), "expand_low_rank", [&](auto zero) {
     using T = decltype(zero);
-    expand_low_rank_kernel<T><<<rows, threads, 0, current_stream()>>>(
-        p.data<float>() + g.p_offset, q.data<float>() + g.q_offset, g.n, g.m, g.rank, g.stride,
-        static_cast<T*>(out.data_ptr()) + g.offset, res, reinterpret_cast<unsigned long long*>(flag.data<int64_t>()));
+    T* o = static_cast<T*>(out.data_ptr()) + g.offset;
+    // Every row starts aligned when the first does and rows and matrices are whole quads apart.
+    const bool quads = g.m % 4 == 0 && g.stride % 4 == 0 && quad_aligned(o, sizeof(T)) && quad_aligned(res, 4);
+    const int64_t lanes = quads ? g.m / 4 : g.m;
+    const int threads = lanes >= 256 ? 256 : static_cast<int>((lanes + 31) / 32 * 32);
+    auto* bad = reinterpret_cast<unsigned long long*>(flag.data<int64_t>());
+    const float* pp = p.data<float>() + g.p_offset;
+    const float* qq = q.data<float>() + g.q_offset;
+    if (quads)
+      expand_low_rank_kernel<T, true><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride, o,
+                                                                             res, bad);
+    else
+      expand_low_rank_kernel<T, false><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride, o,
+                                                                              res, bad);
     CUDA_CHECK_LAUNCH();
+  });
+}
+
+void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat) {
+  check_f32(src, "gather_runs");
+  check_f32(flat, "gather_runs");
+  check_bucket_runs(runs, src, flat, "gather_runs");
+  OpScope scope("powersgd uncompressed");
+  for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
+    gather_runs_kernel<<<dim3(along, count), kThreads, 0, current_stream()>>>(src.data<float>(), flat.data<float>(),
+                                                                             table, static_cast<float>(scale));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
+                  const Tensor& flag) {
+  check_f32(flat, "scatter_runs");
+  check_tensor(bucket.is_contiguous() && bucket.device().is_cuda(), "scatter_runs", "a contiguous CUDA bucket", bucket);
+  check_bucket_runs(runs, bucket, flat, "scatter_runs");
+  float* res = nullptr;
+  if (residual.defined()) {
+    check_f32(residual, "scatter_runs");
+    VITDDP_CHECK(residual.numel() == bucket.numel(), "scatter_runs: ", residual.description(), " vs ",
+                 bucket.description());
+    res = residual.data<float>();
+  }
+  check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "scatter_runs",
+               "an i64 CUDA flag", flag);
+  OpScope scope("powersgd uncompressed");
+  auto* bad = reinterpret_cast<unsigned long long*>(flag.data<int64_t>());
+  dispatch_floating(bucket.dtype(), "scatter_runs", [&](auto zero) {
+    using T = decltype(zero);
+    for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
+      scatter_runs_kernel<T><<<dim3(along, count), kThreads, 0, current_stream()>>>(
+          flat.data<float>(), static_cast<T*>(bucket.data_ptr()), res, table, bad);
+      CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

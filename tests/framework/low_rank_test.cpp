@@ -75,5 +75,31 @@ TEST(LowRank, AGroupOutsideItsBuffersIsRefused) {
   EXPECT_THROW(cpu::expand_low_rank(p, q, g, out, Tensor(), flag), Error);
 }
 
+// The uncompressed tensors: runs gathered back to back, scaled; scattered back into a bf16
+// bucket with the residual reduced by the same values, a non-finite one flagged.
+TEST(LowRank, RunsGatherScaledAndScatterIntoTheBucketAndTheResidual) {
+  BucketRuns runs;
+  runs.offsets = {1, 6};
+  runs.numels = {2, 3};
+  Tensor src = Tensor::from_vector({9, 2, 4, 9, 9, 9, 6, 8, 10}, {9}).to(DType::kF32);
+  Tensor flat = Tensor::empty({5}, DType::kF32);
+  cpu::gather_runs(src, runs, 0.5, flat);
+  EXPECT_EQ(flat.to_vector(), (std::vector<double>{1, 2, 3, 4, 5}));
+
+  Tensor bucket = Tensor::zeros({9}, DType::kBF16);
+  Tensor residual = Tensor::from_vector({0, 10, 10, 0, 0, 0, 10, 10, 10}, {9}).to(DType::kF32);
+  Tensor flag = Tensor::zeros({1}, DType::kI64);
+  cpu::scatter_runs(flat, runs, bucket, residual, flag);
+  EXPECT_EQ(bucket.to_vector(), (std::vector<double>{0, 1, 2, 0, 0, 0, 3, 4, 5}));
+  EXPECT_EQ(residual.to_vector(), (std::vector<double>{0, 9, 8, 0, 0, 0, 7, 6, 5}));
+  EXPECT_EQ(flag.to_vector()[0], 0);
+  residual.data<float>()[7] = std::numeric_limits<float>::infinity();
+  cpu::scatter_runs(flat, runs, bucket, residual, flag);
+  EXPECT_EQ(flag.to_vector()[0], 1);
+
+  runs.numels[1] = 4;  // past the bucket's end
+  EXPECT_THROW(cpu::gather_runs(src, runs, 1.0, Tensor::empty({6}, DType::kF32)), Error);
+}
+
 }  // namespace
 }  // namespace vitddp
