@@ -32,12 +32,12 @@ TEST(LowRankGpu, FusedPassesMatchTheCpu) {
       LowRankGroup g;
       const bool quads = m % 4 == 0;
       g.count = 3, g.n = 5, g.m = m, g.rank = 4, g.offset = quads ? 16 : 9, g.stride = 5 * m + (quads ? 8 : 3);
-      g.p_offset = 2, g.q_offset = 6;
+      g.p_offset = quads ? 4 : 2, g.q_offset = quads ? 8 : 6;  // quads: P's and Q's rows aligned too
       const int64_t numel = g.offset + 3 * g.stride;
       Tensor grad = testing::random_tensor({numel}, gen, DType::kF32).to(dtype);
       Tensor error = testing::random_tensor({numel}, gen, DType::kF32);
-      Tensor p = testing::random_tensor({2 + 3 * 5 * 4}, gen, DType::kF32);
-      Tensor q = testing::random_tensor({6 + 3 * m * 4}, gen, DType::kF32);
+      Tensor p = testing::random_tensor({g.p_offset + 3 * 5 * 4}, gen, DType::kF32);
+      Tensor q = testing::random_tensor({g.q_offset + 3 * m * 4}, gen, DType::kF32);
 
       Tensor cpu_comp = Tensor::empty({numel}, DType::kF32), gpu_comp = Tensor::empty({numel}, DType::kF32, gpu);
       cpu::add_widened(grad, error, cpu_comp);
