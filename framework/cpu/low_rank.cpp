@@ -12,7 +12,10 @@ int64_t BucketRuns::total() const {
   return sum;
 }
 
-void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op) {
+void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op,
+                       const Tensor& residual) {
+  if (residual.defined())
+    VITDDP_CHECK(residual.numel() == bucket.numel(), op, ": ", residual.description(), " vs ", bucket.description());
   VITDDP_CHECK(runs.offsets.size() == runs.numels.size(), op, ": ", runs.offsets.size(), " run offsets but ",
                runs.numels.size(), " lengths");
   for (size_t i = 0; i < runs.offsets.size(); ++i)
@@ -119,14 +122,9 @@ void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& buck
                   const Tensor& flag) {
   check_f32(flat, "scatter_runs");
   check_tensor(bucket.is_contiguous(), "scatter_runs", "a contiguous bucket", bucket);
-  check_bucket_runs(runs, bucket, flat, "scatter_runs");
-  float* res = nullptr;
-  if (residual.defined()) {
-    check_f32(residual, "scatter_runs");
-    VITDDP_CHECK(residual.numel() == bucket.numel(), "scatter_runs: ", residual.description(), " vs ",
-                 bucket.description());
-    res = residual.data<float>();
-  }
+  check_bucket_runs(runs, bucket, flat, "scatter_runs", residual);
+  if (residual.defined()) check_f32(residual, "scatter_runs");
+  float* res = residual.defined() ? residual.data<float>() : nullptr;
   bool bad = false;
   dispatch_bucket_dtype(bucket.dtype(), "scatter_runs", [&](auto zero) {
     using T = decltype(zero);

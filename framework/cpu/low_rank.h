@@ -29,8 +29,10 @@ struct BucketRuns {
   int64_t total() const;
 };
 
-// Throws vitddp::Error when runs lie outside the bucket or flat does not hold them all.
-void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op);
+// Throws vitddp::Error when runs lie outside the bucket, flat does not hold them all, or a
+// defined residual is not laid out like the bucket.
+void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op,
+                       const Tensor& residual = Tensor());
 
 // Throws vitddp::Error when a group's matrices or factors lie outside out, p or q (both
 // backends check with it).

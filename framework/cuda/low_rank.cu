@@ -231,14 +231,9 @@ void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& buck
                   const Tensor& flag) {
   check_f32(flat, "scatter_runs");
   check_tensor(bucket.is_contiguous() && bucket.device().is_cuda(), "scatter_runs", "a contiguous CUDA bucket", bucket);
-  check_bucket_runs(runs, bucket, flat, "scatter_runs");
-  float* res = nullptr;
-  if (residual.defined()) {
-    check_f32(residual, "scatter_runs");
-    VITDDP_CHECK(residual.numel() == bucket.numel(), "scatter_runs: ", residual.description(), " vs ",
-                 bucket.description());
-    res = residual.data<float>();
-  }
+  check_bucket_runs(runs, bucket, flat, "scatter_runs", residual);
+  if (residual.defined()) check_f32(residual, "scatter_runs");
+  float* res = residual.defined() ? residual.data<float>() : nullptr;
   check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "scatter_runs",
                "an i64 CUDA flag", flag);
   OpScope scope("powersgd uncompressed");
