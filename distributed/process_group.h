@@ -57,6 +57,15 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) = 0;
   virtual void barrier() = 0;
 
+  // Host time the calling threads spent issuing collectives so far (`train --op-breakdown`
+  // reports one step's): how many, and the seconds from the call to its return. Zero where a
+  // backend does not count.
+  struct IssueStats {
+    int64_t collectives = 0;
+    double seconds = 0.0;
+  };
+  virtual IssueStats issue_stats() const { return {}; }
+
  protected:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
 

@@ -220,7 +220,7 @@ void configure_device(const Device& device, const TrainConfig& config) {
 // against the GPU; one with the op profiler on. Prints both; returns time per op type. The run
 // refused --op-breakdown off the GPU before its first step.
 template <typename StepFn>
-nlohmann::json op_breakdown(StepFn&& step, std::ostream& out) {
+nlohmann::json op_breakdown(StepFn&& step, const ProcessGroup* group, std::ostream& out) {
   nlohmann::json rows = nlohmann::json::array();
 #if VITDDP_WITH_CUDA
   // First a plain step from an idle GPU: how long the host takes to issue one step's work
@@ -228,6 +228,7 @@ nlohmann::json op_breakdown(StepFn&& step, std::ostream& out) {
   // (the host runs ahead and launch gaps hide); close to it, the host may be (or it waited for
   // a full launch queue).
   CUDA_CHECK(cudaDeviceSynchronize());
+  const ProcessGroup::IssueStats before = group ? group->issue_stats() : ProcessGroup::IssueStats{};
   const auto start = std::chrono::steady_clock::now();
   Tensor loss = step();
   const double issued_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -236,6 +237,14 @@ nlohmann::json op_breakdown(StepFn&& step, std::ostream& out) {
   out << "host against GPU: one step issued in " << std::setprecision(4) << issued_ms << " ms, finished "
       << finished_ms << " ms after the start (issue/finish " << std::setprecision(2) << issued_ms / finished_ms
       << ")\n";
+  if (group) {  // how much of the issue time went to handing collectives to the backend
+    const ProcessGroup::IssueStats after = group->issue_stats();
+    const int64_t n = after.collectives - before.collectives;
+    const double ms = 1e3 * (after.seconds - before.seconds);
+    if (n > 0)
+      out << "  of which issuing " << n << " collective(s) (" << group->backend() << "): " << std::setprecision(4) << ms
+          << " ms, " << std::setprecision(3) << 1e3 * ms / n << " us each\n";
+  }
   cuda::OpProfiler& profiler = cuda::OpProfiler::instance();
   profiler.set_enabled(true);
   step().item();
@@ -254,6 +263,7 @@ nlohmann::json op_breakdown(StepFn&& step, std::ostream& out) {
   }
 #else
   (void)step;
+  (void)group;
   (void)out;
 #endif
   return rows;
@@ -591,7 +601,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
                " steps (--warmup + --steps)");
-  if (config.op_breakdown) result.op_breakdown = op_breakdown(train_step, out);
+  if (config.op_breakdown) result.op_breakdown = op_breakdown(train_step, ddp.group.get(), out);
 
   const int64_t timed_first = std::max(config.warmup, start_step);
   VITDDP_CHECK(timed_first < total, "no timed step left after resuming at step ", start_step,

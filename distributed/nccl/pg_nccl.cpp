@@ -480,6 +480,7 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
                                                const NcclCall& call) {
   VITDDP_CHECK(cuda::current_device() == device_, "ProcessGroupNccl: ", what, " called with cuda:",
                cuda::current_device(), " current, but the group lives on cuda:", device_);
+  const auto issue_start = Clock::now();
   std::lock_guard<std::mutex> lock(shared_->mutex);
   shared_->check(timeout_);
   shared_->release_finished();
@@ -505,7 +506,14 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   auto done = std::make_shared<cuda::Event>(cuda::Event::create());
   done->record(comm_stream_.get());
   shared_->in_flight.push_back({seq, what, Clock::now(), done, std::move(keep)});
+  ++issued_.collectives;
+  issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
   return std::make_shared<NcclWork>(shared_, done, timeout_);
+}
+
+ProcessGroup::IssueStats ProcessGroupNccl::issue_stats() const {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return issued_;
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp op) {

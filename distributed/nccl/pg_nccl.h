@@ -91,6 +91,9 @@ class ProcessGroupNccl final : public ProcessGroup {
   // Blocks the host until every rank has reached it (a one-element all-reduce), polling the
   // group's health meanwhile, so it fails within the timeout instead of hanging.
   void barrier() override;
+  // Counted in launch(): the stream handshake, the NCCL call and the wait for a non-blocking
+  // communicator to take it (ncclInProgress).
+  IssueStats issue_stats() const override;
 
   // Throws the group's failure if it has one; otherwise checks the asynchronous NCCL error and
   // the in-flight collectives against `timeout`, aborting and throwing (kPeer / kTimeout) on a
@@ -117,6 +120,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   cuda::Stream comm_stream_;
   cuda::Event ready_;  // recorded on the caller's stream before each collective
   uint64_t next_seq_ = 0;
+  IssueStats issued_;  // guarded by shared_->mutex
   Tensor barrier_buffer_;  // f32[1] on device_
 
   std::mutex watchdog_mutex_;

@@ -70,6 +70,7 @@ std::vector<std::string> run_threads(int world, std::chrono::milliseconds timeou
 }
 
 void check_collectives(int rank, ProcessGroupNccl& pg) {
+  const ProcessGroup::IssueStats before = pg.issue_stats();
   const int world = pg.size();
   const double sum = world * (world + 1) / 2.0;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
@@ -93,6 +94,11 @@ void check_collectives(int rank, ProcessGroupNccl& pg) {
     for (int i = 0; i < 6; ++i) EXPECT_EQ(v[r * 6 + i], (r + 1.0) * (i + 1.0)) << r << "," << i;
   pg.barrier();
   pg.check_health();
+  // Six all-reduces, a broadcast, an all-gather and the barrier's all-reduce were issued, each
+  // taking some host time.
+  const ProcessGroup::IssueStats after = pg.issue_stats();
+  EXPECT_EQ(after.collectives - before.collectives, 9);
+  EXPECT_GT(after.seconds, before.seconds);
 }
 
 TEST(Nccl, OneRankCollectives) {
