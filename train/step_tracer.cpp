@@ -60,7 +60,9 @@ class HostMarkClock final : public MarkClock {
 #if VITDDP_WITH_CUDA
 class CudaMarkClock final : public MarkClock {
  public:
-  explicit CudaMarkClock(cudaStream_t comm) : comm_(comm), reference_(cuda::Event::create(true)) {
+  // `nccl` (may be null): the group whose comm stream the comm marks go on.
+  explicit CudaMarkClock(ProcessGroupNccl* nccl)
+      : nccl_(nccl), comm_(nccl ? nccl->comm_stream() : nullptr), reference_(cuda::Event::create(true)) {
     // The reference event's host time: record it on an idle point of the compute stream and
     // wait for it; the error is the synchronisation latency (microseconds).
     reference_.record(cuda::current_stream());
@@ -70,6 +72,7 @@ class CudaMarkClock final : public MarkClock {
   }
   size_t mark(GpuStream stream) override {
     cuda::Event event = free_.empty() ? cuda::Event::create(true) : take_free();
+    if (stream == GpuStream::kComm && nccl_) nccl_->finish_enqueue();  // after NCCL's own kernel
     event.record(stream == GpuStream::kComm && comm_ ? comm_ : cuda::current_stream());
     events_.push_back(std::move(event));
     return base_ + events_.size() - 1;
@@ -77,6 +80,7 @@ class CudaMarkClock final : public MarkClock {
   bool on_host() const override { return false; }
   void comm_after_compute() override {
     if (!comm_) return;
+    nccl_->finish_enqueue();
     compute_done_.record(cuda::current_stream());
     compute_done_.block(comm_);
   }
@@ -103,6 +107,7 @@ class CudaMarkClock final : public MarkClock {
     free_.pop_back();
     return e;
   }
+  ProcessGroupNccl* nccl_;
   cudaStream_t comm_;
   cuda::Event reference_;
   double reference_us_ = 0;
@@ -116,9 +121,7 @@ class CudaMarkClock final : public MarkClock {
 std::unique_ptr<MarkClock> make_mark_clock(Device device, ProcessGroup* group) {
 #if VITDDP_WITH_CUDA
   if (device.is_cuda()) {
-    cudaStream_t comm = nullptr;
-    if (auto* nccl = dynamic_cast<ProcessGroupNccl*>(group)) comm = nccl->comm_stream();
-    return std::make_unique<CudaMarkClock>(comm);
+    return std::make_unique<CudaMarkClock>(dynamic_cast<ProcessGroupNccl*>(group));
   }
 #else
   (void)group;

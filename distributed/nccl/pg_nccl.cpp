@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -253,6 +254,26 @@ struct ProcessGroupNccl::Shared {
   NcclComm comm;
   std::optional<Error> failure;
   std::deque<InFlight> in_flight;  // issue order
+  // Note [Finishing an enqueue later]
+  // A non-blocking communicator answers ncclInProgress to every collective and hands it to a
+  // thread of its own, which launches the kernel on the comm stream about 110 us later (measured
+  // with `--op-breakdown`: 113-236 us of host time per collective when the caller waited for
+  // it, 20-57 us on a blocking communicator). The caller no longer waits there: the collective
+  // stays `pending` until the group's next call, or a wait on its Work, finishes it (polls until
+  // NCCL has taken it, then records its completion event, which must follow NCCL's kernel on
+  // the comm stream, and moves it to in_flight). Meanwhile the host goes on issuing backward,
+  // and by the next bucket NCCL's thread is long done. NCCL asks for exactly this: no new call
+  // on the communicator until the last one has left ncclInProgress. The watchdog holds a
+  // pending collective to the timeout too.
+  struct Pending {
+    uint64_t seq;
+    std::string what;
+    Clock::time_point start;
+    std::shared_ptr<cuda::Event> done;
+    std::vector<Tensor> keep;
+    cudaStream_t stream;
+  };
+  std::optional<Pending> pending;
   int rank = 0;
   int size = 1;
   // Note [Naming the late rank] (wait_board.cpp): the oldest unfinished collective, once it has
@@ -281,6 +302,13 @@ struct ProcessGroupNccl::Shared {
                  ErrorKind::kPeer));
     }
     const auto now = Clock::now();
+    if (pending && now - pending->start > timeout) {
+      const Pending& p = *pending;
+      fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size,
+                                " could not be enqueued within the ", timeout.count(),
+                                " ms timeout; the communicator was aborted"),
+                 ErrorKind::kTimeout));
+    }
     for (const InFlight& entry : in_flight) {
       bool finished = false;
       try {
@@ -322,6 +350,37 @@ struct ProcessGroupNccl::Shared {
   void release_finished() {
     while (!in_flight.empty() && in_flight.front().done->query()) in_flight.pop_front();
   }
+
+  // See Note [Finishing an enqueue later]. With `mutex` held; throws (aborting) when NCCL fails
+  // the collective or does not take it within the timeout.
+  void finish_pending(std::chrono::milliseconds timeout) {
+    if (!pending) return;
+    Pending p = std::move(*pending);
+    pending.reset();
+    ncclResult_t result = failure || !comm.get() ? ncclInternalError : ncclSuccess;
+    if (result == ncclSuccess) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (Clock::now() - p.start));
+      result = wait_for_nccl(comm.get(), std::max(left, std::chrono::milliseconds(1)));
+    }
+    // Recorded whatever happened, so that the tensors are released only once the stream has
+    // passed whatever NCCL did launch.
+    p.done->record(p.stream);
+    in_flight.push_back({p.seq, p.what, p.start, p.done, std::move(p.keep)});
+    if (failure) throw *failure;
+    if (result == ncclInProgress) {
+      fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size,
+                                " could not be enqueued within the ", timeout.count(),
+                                " ms timeout; the communicator was aborted"),
+                 ErrorKind::kTimeout));
+    }
+    if (result != ncclSuccess) {
+      fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size, " failed: ",
+                                ncclGetErrorString(result), last_error_text(comm.get()),
+                                "; the communicator was aborted"),
+                 result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorKind::kInternal
+                                                                             : ErrorKind::kPeer));
+    }
+  }
 };
 
 namespace {
@@ -329,13 +388,14 @@ namespace {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<ProcessGroupNccl::Shared> shared, std::shared_ptr<cuda::Event> done,
-           std::chrono::milliseconds timeout)
-      : shared_(std::move(shared)), done_(std::move(done)), timeout_(timeout) {}
+           std::chrono::milliseconds timeout, uint64_t seq)
+      : shared_(std::move(shared)), done_(std::move(done)), timeout_(timeout), seq_(seq) {}
 
   void wait() override {
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->check(timeout_);
+      finish_if_pending();
     }
     done_->block(cuda::current_stream());  // See Note [NCCL stream handshake]
   }
@@ -343,13 +403,20 @@ class NcclWork final : public Work {
   bool done() override {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     shared_->check(timeout_);
+    finish_if_pending();
     return done_->query();
   }
 
  private:
+  // With the mutex held: this collective's completion event is recorded only once NCCL took it.
+  void finish_if_pending() {
+    if (shared_->pending && shared_->pending->seq == seq_) shared_->finish_pending(timeout_);
+  }
+
   std::shared_ptr<ProcessGroupNccl::Shared> shared_;
   std::shared_ptr<cuda::Event> done_;
   std::chrono::milliseconds timeout_;
+  uint64_t seq_;
 };
 
 }  // namespace
@@ -412,6 +479,11 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   if (watchdog_.joinable()) watchdog_.join();
 
   std::lock_guard<std::mutex> lock(shared_->mutex);
+  try {
+    shared_->finish_pending(timeout_);
+  } catch (const Error& e) {  // recorded and aborted; the teardown below copes
+    std::fprintf(stderr, "vitddp: warning: %s\n", e.what());
+  }
   // Finalize waits for the issued collectives (bounded by the timeout, then it aborts).
   shared_->comm = NcclComm();
   // After an abort the comm stream may still hold work that reads the kept tensors: release
@@ -483,18 +555,19 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   const auto issue_start = Clock::now();
   std::lock_guard<std::mutex> lock(shared_->mutex);
   shared_->check(timeout_);
+  shared_->finish_pending(timeout_);  // the previous collective, if NCCL was still taking it
   shared_->release_finished();
   const uint64_t seq = next_seq_++;
   ready_.record(cuda::current_stream());
   ready_.block(comm_stream_.get());
   ncclComm_t comm = shared_->comm.get();
-  ncclResult_t result = call(comm, comm_stream_.get());
-  if (result == ncclInProgress) result = wait_for_nccl(comm, timeout_);
-  if (result == ncclInProgress) {
-    shared_->fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank(), " of ", size(),
-                                       " could not be enqueued within the ", timeout_.count(),
-                                       " ms timeout; the communicator was aborted"),
-                        ErrorKind::kTimeout));
+  const ncclResult_t result = call(comm, comm_stream_.get());
+  if (result == ncclInProgress) {  // See Note [Finishing an enqueue later]
+    auto done = std::make_shared<cuda::Event>(cuda::Event::create());
+    shared_->pending = Shared::Pending{seq, what, Clock::now(), done, std::move(keep), comm_stream_.get()};
+    ++issued_.collectives;
+    issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
+    return std::make_shared<NcclWork>(shared_, done, timeout_, seq);
   }
   if (result != ncclSuccess) {
     shared_->fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank(), " of ", size(),
@@ -508,7 +581,13 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   shared_->in_flight.push_back({seq, what, Clock::now(), done, std::move(keep)});
   ++issued_.collectives;
   issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
-  return std::make_shared<NcclWork>(shared_, done, timeout_);
+  return std::make_shared<NcclWork>(shared_, done, timeout_, seq);
+}
+
+void ProcessGroupNccl::finish_enqueue() {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->check(timeout_);
+  shared_->finish_pending(timeout_);
 }
 
 ProcessGroup::IssueStats ProcessGroupNccl::issue_stats() const {

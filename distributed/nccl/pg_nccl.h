@@ -103,7 +103,11 @@ class ProcessGroupNccl final : public ProcessGroup {
   void check_health() { check_health(timeout_); }
 
   int device() const { return device_; }
+  // Work recorded on the comm stream by others (the step tracer's marks) must come after the
+  // issued collectives' kernels: call finish_enqueue() first (Note [Finishing an enqueue later]
+  // in the .cpp: NCCL may still be putting the last one there).
   cudaStream_t comm_stream() const { return comm_stream_.get(); }
+  void finish_enqueue();
 
   struct Shared;  // state shared with the Work handles and the watchdog (defined in the .cpp)
 
