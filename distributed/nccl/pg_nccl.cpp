@@ -274,6 +274,7 @@ struct ProcessGroupNccl::Shared {
     cudaStream_t stream;
   };
   std::optional<Pending> pending;
+  double finish_wait_seconds = 0;  // the callers' time in finish_pending(), for issue_stats()
   int rank = 0;
   int size = 1;
   // Note [Naming the late rank] (wait_board.cpp): the oldest unfinished collective, once it has
@@ -301,6 +302,9 @@ struct ProcessGroupNccl::Shared {
                                 " (a peer process exited or its connection failed); the communicator was aborted"),
                  ErrorKind::kPeer));
     }
+    // NCCL has taken the pending collective: it is in flight like the others (timed from its
+    // start, and named to the wait board), whenever this rank's thread calls the group next.
+    if (pending && state == ncclSuccess) move_pending_to_in_flight();
     const auto now = Clock::now();
     if (pending && now - pending->start > timeout) {
       const Pending& p = *pending;
@@ -351,21 +355,38 @@ struct ProcessGroupNccl::Shared {
     while (!in_flight.empty() && in_flight.front().done->query()) in_flight.pop_front();
   }
 
+  // The pending collective's completion event, recorded on the comm stream (after NCCL's
+  // kernel: NCCL has taken it), and the collective in flight. Never frees its tensors (the
+  // watchdog may call it); if the record fails they are leaked, as the stream may still read them.
+  void move_pending_to_in_flight() {
+    Pending p = std::move(*pending);
+    pending.reset();
+    try {
+      p.done->record(p.stream);
+    } catch (...) {
+      (void)new std::vector<Tensor>(std::move(p.keep));
+      throw;
+    }
+    in_flight.push_back({p.seq, p.what, p.start, p.done, std::move(p.keep)});
+  }
+
   // See Note [Finishing an enqueue later]. With `mutex` held; throws (aborting) when NCCL fails
   // the collective or does not take it within the timeout.
   void finish_pending(std::chrono::milliseconds timeout) {
     if (!pending) return;
     Pending p = std::move(*pending);
-    pending.reset();
+    pending.reset();  // not pending while we wait (check() must not move it meanwhile)
     ncclResult_t result = failure || !comm.get() ? ncclInternalError : ncclSuccess;
     if (result == ncclSuccess) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (Clock::now() - p.start));
+      const auto waited_from = Clock::now();
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (waited_from - p.start));
       result = wait_for_nccl(comm.get(), std::max(left, std::chrono::milliseconds(1)));
+      finish_wait_seconds += std::chrono::duration<double>(Clock::now() - waited_from).count();
     }
-    // Recorded whatever happened, so that the tensors are released only once the stream has
+    // In flight whatever happened, so that the tensors are released only once the stream has
     // passed whatever NCCL did launch.
-    p.done->record(p.stream);
-    in_flight.push_back({p.seq, p.what, p.start, p.done, std::move(p.keep)});
+    pending = std::move(p);
+    move_pending_to_in_flight();
     if (failure) throw *failure;
     if (result == ncclInProgress) {
       fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size,
@@ -561,9 +582,11 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   ready_.record(cuda::current_stream());
   ready_.block(comm_stream_.get());
   ncclComm_t comm = shared_->comm.get();
+  // Made before the call: nothing that can throw may come between an ncclInProgress answer and
+  // the collective's becoming pending (the next call must finish it first).
+  auto done = std::make_shared<cuda::Event>(cuda::Event::create());
   const ncclResult_t result = call(comm, comm_stream_.get());
   if (result == ncclInProgress) {  // See Note [Finishing an enqueue later]
-    auto done = std::make_shared<cuda::Event>(cuda::Event::create());
     shared_->pending = Shared::Pending{seq, what, Clock::now(), done, std::move(keep), comm_stream_.get()};
     ++issued_.collectives;
     issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
@@ -576,7 +599,6 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
                         result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorKind::kInternal
                                                                                       : ErrorKind::kPeer));
   }
-  auto done = std::make_shared<cuda::Event>(cuda::Event::create());
   done->record(comm_stream_.get());
   shared_->in_flight.push_back({seq, what, Clock::now(), done, std::move(keep)});
   ++issued_.collectives;
@@ -592,7 +614,9 @@ void ProcessGroupNccl::finish_enqueue() {
 
 ProcessGroup::IssueStats ProcessGroupNccl::issue_stats() const {
   std::lock_guard<std::mutex> lock(shared_->mutex);
-  return issued_;
+  IssueStats stats = issued_;
+  stats.seconds += shared_->finish_wait_seconds;  // a wait for NCCL to take a collective, wherever it happened
+  return stats;
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp op) {

@@ -3,6 +3,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "framework/cuda/check.h"
 #include "framework/cuda/context.h"
 #include "framework/cuda/gemm.h"
 #include "framework/cuda/linear.h"
@@ -53,8 +54,10 @@ struct BesideStream {
 BesideStream& beside_stream(int device) {
   thread_local auto* by_device = new std::unordered_map<int, BesideStream>();
   auto it = by_device->find(device);
-  if (it == by_device->end())
+  if (it == by_device->end()) {
     it = by_device->emplace(device, BesideStream{Stream::create(device), Event::create(), Event::create()}).first;
+    CudaContext::for_device(device).workspace(it->second.stream.get());  // its cuBLASLt workspace now, not mid-product
+  }
   return it->second;
 }
 
@@ -138,11 +141,24 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const T
   const cudaStream_t main = current_stream();
   {
     ForkedStreamScope scope(side.stream.get(), side.fork_point);  // forks before dX is queued
+    // Joined on every way out: an error must not leave the side stream reading tensors the
+    // caller then frees on the main stream.
+    struct JoinOnError {
+      BesideStream& side;
+      cudaStream_t main;
+      bool joined = false;
+      ~JoinOnError() {
+        if (joined) return;
+        CUDA_WARN(cudaEventRecord(side.joined.get(), side.stream.get()));
+        CUDA_WARN(cudaStreamWaitEvent(main, side.joined.get(), 0));
+      }
+    } join{side, main};
     gemm(*input, main);  // dX first: the next op waits for it
     weight_and_bias_grads(weight, x, dy, db, weight_grads);
     side.joined.record(side.stream.get());
+    side.joined.block(main);
+    join.joined = true;
   }
-  side.joined.block(main);
 }
 
 void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, int64_t M, int64_t K, int64_t N,
