@@ -38,6 +38,7 @@ struct SweepOptions {
   std::string reference;  // the PyTorch script; empty: no pytorch rows
   double run_timeout = 900;
   bool dry_run = false;
+  bool trace = true;      // --trace per run, for the exposed-communication column
   std::string command;    // the command line, for the table's header
 };
 
@@ -231,8 +232,10 @@ int run_sweep(const SweepOptions& opt) {
     std::vector<std::string> argv = {self};
     for (const std::string& a : sweep.runs[i].to_args()) argv.push_back(a);
     argv.push_back("--json");
-    argv.push_back("--trace");
-    argv.push_back(run_prefix(i) + ".trace.json");
+    if (opt.trace) {
+      argv.push_back("--trace");
+      argv.push_back(run_prefix(i) + ".trace.json");
+    }
     return argv;
   };
 
@@ -347,7 +350,8 @@ int run_sweep(const SweepOptions& opt) {
     header.push_back({"pytorch rows", "the reference " + opt.reference +
                                           (torch_version.empty() ? "" : " under PyTorch " + torch_version) +
                                           ", each against its own run of the baseline"});
-  header.push_back({"exposed comm", "from the step trace; n/a where the run did not report it"});
+  header.push_back({"exposed comm", opt.trace ? "from the step trace; n/a where the run did not report it"
+                                              : "n/a: runs not traced (--trace=false)"});
   if (stopped_by != 0) header.push_back({"note", "interrupted by signal " + std::to_string(stopped_by) + "; later runs did not run"});
 
   BenchRow json_baseline;  // not run (interrupted before it): its label only
@@ -376,6 +380,10 @@ int run_bench_command(int argc, char** argv) {
                  "'(pytorch)' row, when python3 imports torch");
   app.add_option("--run-timeout", opt.run_timeout, "wall-clock limit of each run, in seconds")->capture_default_str();
   app.add_flag("--dry-run", opt.dry_run, "print each run's command line and environment, run nothing");
+  app.add_option("--trace", opt.trace,
+                 "trace every run (the exposed-communication column); --trace=false runs them untraced, as "
+                 "users run: a traced step also waits for each NCCL collective's enqueue before marking it")
+      ->capture_default_str();
   try {
     app.parse(argc - 1, argv + 1);
   } catch (const CLI::CallForHelp& e) {

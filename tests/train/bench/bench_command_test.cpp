@@ -114,6 +114,19 @@ TEST(BenchSweep, DryRunPrintsEveryCommandAndRunsNothing) {
   EXPECT_NE(o.out.find("--hook bf16 --tag '+ bf16 hook, NVLink/P2P'\n"), std::string::npos) << o.out;
 }
 
+// --trace=false: the runs go without --trace (as users run them), and the table says why its
+// exposed-communication column is empty.
+TEST(BenchSweep, UntracedRunsHaveNoTraceFlag) {
+  TempFolder dir("vitddp_bench");
+  const std::string out = dir.path() + "/out";
+  TrainOutcome o =
+      testing::run_train("", "bench --sweep " + kSweeps + "seed_article_2gpu.json --dry-run --trace=false --out-dir " + out);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(count(o.out, "/20] "), 20u) << o.out;
+  EXPECT_EQ(count(o.out, "--trace"), 0u) << o.out;
+  EXPECT_EQ(count(o.out, " --json\n"), 20u) << o.out;
+}
+
 // Bad input stops the sweep before anything runs: one line, exit 2, no out dir.
 TEST(BenchSweep, BadSweepFileIsOneLineAndExit2BeforeAnyRun) {
   TempFolder dir("vitddp_bench");
