@@ -13,10 +13,14 @@
 namespace vitddp {
 namespace {
 
+LoaderOptions loader_options(const BatchSourceOptions& o) {
+  return LoaderOptions{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}};
+}
+
 class CpuSource final : public BatchSource {
  public:
   CpuSource(const Dataset& dataset, const DistributedSampler& sampler, const BatchSourceOptions& o)
-      : loader_(dataset, sampler, LoaderOptions{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}}) {}
+      : loader_(dataset, sampler, loader_options(o)) {}
   Batch next() override { return loader_.next(); }
   double loader_images_per_second() const override { return loader_.stats().images_per_second(); }
 
@@ -27,7 +31,7 @@ class CpuSource final : public BatchSource {
 #if VITDDP_WITH_CUDA
 
 LoaderOptions pinned_loader_options(const BatchSourceOptions& o) {
-  LoaderOptions lo{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}};
+  LoaderOptions lo = loader_options(o);
   lo.allocator = [](const Shape& shape, DType dtype) {
     return Tensor::empty_with(shape, dtype, cuda::pinned_host_allocator());
   };

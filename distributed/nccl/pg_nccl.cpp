@@ -288,6 +288,18 @@ struct ProcessGroupNccl::Shared {
     comm.abort(error.what());
     throw error;
   }
+  [[noreturn]] void fail_enqueue_timeout(uint64_t seq, const std::string& what, std::chrono::milliseconds timeout) {
+    fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank, " of ", size,
+                              " could not be enqueued within the ", timeout.count(),
+                              " ms timeout; the communicator was aborted"),
+               ErrorKind::kTimeout));
+  }
+  [[noreturn]] void fail_call(uint64_t seq, const std::string& what, ncclResult_t result) {
+    fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank, " of ", size, " failed: ",
+                              ncclGetErrorString(result), last_error_text(comm.get()),
+                              "; the communicator was aborted"),
+               result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorKind::kInternal : ErrorKind::kPeer));
+  }
 
   // Throws the recorded failure, or detects a new one (async NCCL error, late collective).
   void check(std::chrono::milliseconds timeout) {
@@ -306,13 +318,7 @@ struct ProcessGroupNccl::Shared {
     // start, and named to the wait board), whenever this rank's thread calls the group next.
     if (pending && state == ncclSuccess) move_pending_to_in_flight();
     const auto now = Clock::now();
-    if (pending && now - pending->start > timeout) {
-      const Pending& p = *pending;
-      fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size,
-                                " could not be enqueued within the ", timeout.count(),
-                                " ms timeout; the communicator was aborted"),
-                 ErrorKind::kTimeout));
-    }
+    if (pending && now - pending->start > timeout) fail_enqueue_timeout(pending->seq, pending->what, timeout);
     for (const InFlight& entry : in_flight) {
       bool finished = false;
       try {
@@ -385,22 +391,13 @@ struct ProcessGroupNccl::Shared {
     }
     // In flight whatever happened, so that the tensors are released only once the stream has
     // passed whatever NCCL did launch.
+    const uint64_t seq = p.seq;
+    const std::string what = p.what;
     pending = std::move(p);
     move_pending_to_in_flight();
     if (failure) throw *failure;
-    if (result == ncclInProgress) {
-      fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size,
-                                " could not be enqueued within the ", timeout.count(),
-                                " ms timeout; the communicator was aborted"),
-                 ErrorKind::kTimeout));
-    }
-    if (result != ncclSuccess) {
-      fail(Error(detail::concat("NCCL ", p.what, " #", p.seq, " on rank ", rank, " of ", size, " failed: ",
-                                ncclGetErrorString(result), last_error_text(comm.get()),
-                                "; the communicator was aborted"),
-                 result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorKind::kInternal
-                                                                             : ErrorKind::kPeer));
-    }
+    if (result == ncclInProgress) fail_enqueue_timeout(seq, what, timeout);
+    if (result != ncclSuccess) fail_call(seq, what, result);
   }
 };
 
@@ -586,21 +583,10 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   // the collective's becoming pending (the next call must finish it first).
   auto done = std::make_shared<cuda::Event>(cuda::Event::create());
   const ncclResult_t result = call(comm, comm_stream_.get());
-  if (result == ncclInProgress) {  // See Note [Finishing an enqueue later]
-    shared_->pending = Shared::Pending{seq, what, Clock::now(), done, std::move(keep), comm_stream_.get()};
-    ++issued_.collectives;
-    issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
-    return std::make_shared<NcclWork>(shared_, done, timeout_, seq);
-  }
-  if (result != ncclSuccess) {
-    shared_->fail(Error(detail::concat("NCCL ", what, " #", seq, " on rank ", rank(), " of ", size(),
-                                       " failed: ", ncclGetErrorString(result), last_error_text(comm),
-                                       "; the communicator was aborted"),
-                        result == ncclInvalidArgument || result == ncclInvalidUsage ? ErrorKind::kInternal
-                                                                                      : ErrorKind::kPeer));
-  }
-  done->record(comm_stream_.get());
-  shared_->in_flight.push_back({seq, what, Clock::now(), done, std::move(keep)});
+  if (result != ncclSuccess && result != ncclInProgress) shared_->fail_call(seq, what, result);
+  shared_->pending = Shared::Pending{seq, what, Clock::now(), done, std::move(keep), comm_stream_.get()};
+  // Taken already: in flight now. In progress: see Note [Finishing an enqueue later].
+  if (result == ncclSuccess) shared_->move_pending_to_in_flight();
   ++issued_.collectives;
   issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
   return std::make_shared<NcclWork>(shared_, done, timeout_, seq);

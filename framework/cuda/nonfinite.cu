@@ -84,16 +84,6 @@ __global__ void mark_nonfinite_kernel(const float* x, int64_t n, unsigned long l
   if (bad) *flag = 1;  // every writer writes the same value
 }
 
-__global__ void subtract_mark_nonfinite_kernel(float* a, const float* b, int64_t n, unsigned long long* flag) {
-  bool bad = false;
-  VITDDP_GRID_STRIDE_LOOP(i, n) {
-    const float v = a[i] - b[i];
-    a[i] = v;
-    bad |= !isfinite(v);
-  }
-  if (bad) *flag = 1;
-}
-
 __global__ void copy_unless_flagged_kernel(float* dst, const float* src, int64_t n, const int64_t* flag) {
   if (*flag != 0) return;
   VITDDP_GRID_STRIDE_LOOP(i, n) dst[i] = src[i];
@@ -143,18 +133,6 @@ void mark_nonfinite(const Tensor& x, const Tensor& flag) {
   if (n == 0) return;
   mark_nonfinite_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(
       x.data<float>(), n, reinterpret_cast<unsigned long long*>(flag.data<int64_t>()));
-  CUDA_CHECK_LAUNCH();
-}
-
-void subtract_mark_nonfinite(const Tensor& a, const Tensor& b, const Tensor& flag) {
-  check_f32(a, "subtract_mark_nonfinite");
-  check_f32(b, "subtract_mark_nonfinite");
-  check_flag(flag, "subtract_mark_nonfinite");
-  VITDDP_CHECK(a.numel() == b.numel(), "subtract_mark_nonfinite: ", a.description(), " vs ", b.description());
-  const int64_t n = a.numel();
-  if (n == 0) return;
-  subtract_mark_nonfinite_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(
-      a.data<float>(), b.data<float>(), n, reinterpret_cast<unsigned long long*>(flag.data<int64_t>()));
   CUDA_CHECK_LAUNCH();
 }
 

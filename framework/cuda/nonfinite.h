@@ -16,10 +16,6 @@ void first_nonfinite(const Tensor& grads, const Tensor& flag);
 // otherwise, so several calls accumulate.
 void mark_nonfinite(const Tensor& x, const Tensor& flag);
 
-// a -= b elementwise (f32, contiguous, same numel), and flag (1) i64 := 1 when any result is
-// NaN or Inf (left as it is otherwise). One pass.
-void subtract_mark_nonfinite(const Tensor& a, const Tensor& b, const Tensor& flag);
-
 // dst := src (f32, contiguous, same numel) when flag[0] == 0; nothing otherwise. The kernel
 // reads the flag, the host does not.
 void copy_unless_flagged(const Tensor& dst, const Tensor& src, const Tensor& flag);
