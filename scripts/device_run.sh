@@ -73,6 +73,9 @@ done
 if [ -n "${NCCL_PROBE:-}" ]; then  # e.g. NCCL_PROBE="25"
   OUT="$OUT" bash scripts/nccl_env_probe.sh build-gpu $NCCL_PROBE
 fi
+if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
+  OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu
+fi
 if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduce, NVLink and P2P off
   for p2p in 0 1; do
     NCCL_P2P_DISABLE=$p2p build-gpu/bin/train topology > "$OUT/topology_p2p$p2p.txt" 2>&1; echo "topology p2p_disable=$p2p exit $?"
