@@ -81,6 +81,12 @@ std::string env_value_problem(const std::string& name, const std::string& value)
     return all_digits(value) && value.size() <= 2 && std::stoi(value) >= 1 && std::stoi(value) <= 64
                ? ""
                : "must be a whole number from 1 to 64";
+  if (name == "NCCL_SHM_USE_CUDA_MEMCPY")  // shared-memory copies by copy engines, not SM threads
+    return value == "0" || value == "1" ? "" : "must be \"0\" or \"1\"";
+  if (name == "NCCL_SHM_MEMCPY_MODE")  // which side's copies the copy engines take
+    return value == "1" || value == "2" || value == "3" ? "" : "must be 1 (sender), 2 (receiver) or 3 (both)";
+  if (name == "CUDA_MODULE_LOADING")
+    return value == "LAZY" || value == "EAGER" ? "" : "must be LAZY or EAGER";
   if (name == "NCCL_NTHREADS")
     return value == "64" || value == "128" || value == "256" || value == "512" ? "" : "must be 64, 128, 256 or 512";
   if (name == "NCCL_DEBUG") {
@@ -192,7 +198,8 @@ std::string SweepSchema::known_names() const {
 const std::vector<std::string>& allowed_sweep_env() {
   static const std::vector<std::string> names = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_ALGO",     "NCCL_PROTO",
                                                  "NCCL_BUFFSIZE",    "NCCL_NTHREADS",    "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
-                                                 "NCCL_CTA_POLICY",  "NCCL_DEBUG",       "NCCL_NVLS_ENABLE"};
+                                                 "NCCL_CTA_POLICY",  "NCCL_DEBUG",       "NCCL_NVLS_ENABLE",
+                                                 "NCCL_SHM_USE_CUDA_MEMCPY", "NCCL_SHM_MEMCPY_MODE", "CUDA_MODULE_LOADING"};
   return names;
 }
 

@@ -100,6 +100,11 @@ TEST(Sweep, RejectsEnvOutsideTheAllowList) {
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MAX_CTAS": "0"}})"), {"NCCL_MAX_CTAS", "1 to 64"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MIN_CTAS": 65}})"), {"NCCL_MIN_CTAS", "1 to 64"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_CTA_POLICY": "3"}})"), {"NCCL_CTA_POLICY", "efficiency"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_SHM_MEMCPY_MODE": "4"}})"), {"NCCL_SHM_MEMCPY_MODE", "both"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"CUDA_MODULE_LOADING": "eager"}})"), {"LAZY or EAGER"}));
+  EXPECT_NO_THROW(parse_sweep(one_run(
+      R"({"label": "e", "env": {"NCCL_SHM_USE_CUDA_MEMCPY": 1, "NCCL_SHM_MEMCPY_MODE": "3", "CUDA_MODULE_LOADING": "EAGER"}})"),
+      "x.json", train_schema()));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_DEBUG": true}})"), {"must be a string or an integer"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": ["NCCL_DEBUG"]})"), {"\"env\" must be an object"}));
   // Case and exclusion lists as NCCL reads them.
