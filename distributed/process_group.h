@@ -41,10 +41,6 @@ struct ProcessGroupOptions {
   // NCCL: at most this many thread blocks (SMs) per collective (ncclConfig_t::maxCTAs); 0: NCCL's
   // choice. See --sm-carveout.
   int max_ctas = 0;
-  // NCCL: broadcast as a sum all-reduce to which the other ranks add -0.0 (Note [Broadcast under
-  // copy-engine shared memory] in distributed/nccl/pg_nccl.cpp). Also on whenever the
-  // environment sets NCCL_SHM_USE_CUDA_MEMCPY to a non-zero number.
-  bool broadcast_by_allreduce = false;
 };
 
 class ProcessGroup {

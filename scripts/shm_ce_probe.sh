@@ -2,8 +2,8 @@
 # NCCL's copy-engine shared-memory transport (NCCL_SHM_USE_CUDA_MEMCPY=1, NCCL_SHM_MEMCPY_MODE=3)
 # against its SM copies, P2P off: our all-reduce's busbw at a 25 MiB bucket and at one step's
 # gradients of ViT-L/32 (f32 1226 MB, bf16 613 MB), the link rates the P2P-off sweeps are held
-# against. Short limits: this transport hung our broadcast (Note [Broadcast under copy-engine
-# shared memory]). Usage: scripts/shm_ce_probe.sh BUILD_DIR   (tables under $OUT)
+# against. Short limits: training runs hung under this transport (docs/performance.md, "Copy
+# engines for the shared-memory transport"). Usage: scripts/shm_ce_probe.sh BUILD_DIR   (tables under $OUT)
 set -uo pipefail
 build=${1:?build dir}
 out=${OUT:-bench-out}

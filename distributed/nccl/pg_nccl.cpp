@@ -439,21 +439,6 @@ class NcclWork final : public Work {
 
 }  // namespace
 
-// Note [Broadcast under copy-engine shared memory]
-// With P2P off, NCCL_SHM_USE_CUDA_MEMCPY=1 moves the shared-memory transport's copies from the
-// NCCL kernel's threads to copy engines (NCCL_SHM_MEMCPY_MODE 3: both sides). On 2 H200s with
-// NCCL 2.28 that raised the all-reduce's busbw from 27.3 to 34.8 GB/s, and all-reduces of
-// every size completed; but the broadcast of our weights never did, in every mode tried
-// (docs/performance.md, "Copy engines for the shared-memory transport"). Under that setting
-// the group broadcasts as a sum all-reduce in which every rank but the root contributes -0.0:
-// x + (-0.0) == x for every x, -0.0 included, so each rank ends with the root's bits. It
-// moves the data twice (reduce-scatter and all-gather) where a broadcast moves it once: a cost
-// paid once, at the start of a run.
-static bool shm_copy_engines_requested() {
-  const char* value = std::getenv("NCCL_SHM_USE_CUDA_MEMCPY");
-  return value != nullptr && std::strtol(value, nullptr, 10) != 0;
-}
-
 // ---- construction and teardown ----
 
 ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
@@ -500,7 +485,6 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   comm_stream_ = cuda::Stream::create(device_, greatest_priority);
   ready_ = cuda::Event::create();
   barrier_buffer_ = Tensor::zeros({1}, DType::kF32, Device::cuda(device_));
-  broadcast_by_allreduce_ = options.broadcast_by_allreduce || shm_copy_engines_requested();
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
@@ -642,14 +626,6 @@ std::shared_ptr<Work> ProcessGroupNccl::broadcast(const Tensor& tensor, int root
   const size_t count = static_cast<size_t>(tensor.numel());
   void* data = tensor.data_ptr();
   const std::string what = detail::concat("broadcast(", tensor.description(), ", root ", root, ")");
-  if (broadcast_by_allreduce_) {
-    // See Note [Broadcast under copy-engine shared memory].
-    // On the caller's stream, which launch() hands on to the communication stream.
-    if (rank() != root) Tensor(tensor).fill_(-0.0);
-    return launch(what + " as an all-reduce", {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
-      return ncclAllReduce(data, data, count, dtype, ncclSum, comm, stream);
-    });
-  }
   return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
     return ncclBroadcast(data, data, count, dtype, root, comm, stream);
   });

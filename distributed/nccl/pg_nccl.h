@@ -126,7 +126,6 @@ class ProcessGroupNccl final : public ProcessGroup {
   uint64_t next_seq_ = 0;
   IssueStats issued_;  // guarded by shared_->mutex
   Tensor barrier_buffer_;  // f32[1] on device_
-  bool broadcast_by_allreduce_ = false;  // ProcessGroupOptions::broadcast_by_allreduce
 
   std::mutex watchdog_mutex_;
   std::condition_variable watchdog_wake_;

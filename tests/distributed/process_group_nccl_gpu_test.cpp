@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <thread>
 
 #include "common/gpu.h"
@@ -22,10 +21,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ProcessGroupOptions options_for(int rank, int world, const std::string& folder, std::chrono::milliseconds timeout,
-                                bool broadcast_by_allreduce = false) {
+ProcessGroupOptions options_for(int rank, int world, const std::string& folder, std::chrono::milliseconds timeout) {
   ProcessGroupOptions o;
-  o.broadcast_by_allreduce = broadcast_by_allreduce;
   o.rank = rank;
   o.world_size = world;
   o.rendezvous = folder;
@@ -53,8 +50,7 @@ double worst_relative(const Tensor& t, double scale) {
 // Runs body(rank, group) on `world` threads, thread r on cuda:r; returns each rank's error text
 // ("" when it finished).
 std::vector<std::string> run_threads(int world, std::chrono::milliseconds timeout,
-                                     const std::function<void(int, ProcessGroupNccl&)>& body,
-                                     bool broadcast_by_allreduce = false) {
+                                     const std::function<void(int, ProcessGroupNccl&)>& body) {
   testing::TempFolder folder("vitddp_nccl");
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -62,7 +58,7 @@ std::vector<std::string> run_threads(int world, std::chrono::milliseconds timeou
     threads.emplace_back([&, rank] {
       try {
         cuda::set_device(rank);
-        ProcessGroupNccl group(options_for(rank, world, folder.path(), timeout, broadcast_by_allreduce));
+        ProcessGroupNccl group(options_for(rank, world, folder.path(), timeout));
         body(rank, group);
       } catch (const std::exception& e) {
         errors[rank] = e.what();
@@ -116,28 +112,6 @@ TEST(Nccl, TwoRanksCollectives) {
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
   auto errors = run_threads(2, 60000ms, check_collectives);
   EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
-}
-
-// The broadcast taken as an all-reduce (Note [Broadcast under copy-engine shared memory]) must
-// leave every rank with the root's bits: signed zeros, subnormals, infinities and the largest
-// finite numbers included, in f32 and bf16, whatever the other ranks held before.
-TEST(Nccl, BroadcastByAllreduceKeepsTheRootsBits) {
-  VITDDP_REQUIRE_GPU();
-  if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
-  const std::vector<double> values = {-0.0, 0.0, 1e-40, -1e-40, -3.5, 123.456, 3e38, -3e38, INFINITY, -INFINITY};
-  auto body = [&](int rank, ProcessGroupNccl& pg) {
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
-      const int64_t n = static_cast<int64_t>(values.size());
-      Tensor root_values = Tensor::from_vector(values, {n}, DType::kF64).to(dtype);
-      Tensor t = rank == 1 ? root_values.to(Device::cuda(pg.device()))
-                           : rank_fill(rank, n, dtype, pg.device());  // different bits, all finite
-      pg.broadcast(t, 1)->wait();
-      Tensor got = t.to(Device::cpu());
-      EXPECT_EQ(std::memcmp(got.data_ptr(), root_values.data_ptr(), got.nbytes()), 0)
-          << "rank " << rank << ", " << dtype_name(dtype);
-    }
-  };
-  EXPECT_EQ(run_threads(2, 60000ms, body, true), std::vector<std::string>({"", ""}));
 }
 
 // Rank 1 never joins rank 0's all-reduce: the watchdog must abort rank 0's communicator after
