@@ -76,6 +76,9 @@ fi
 if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
   OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu
 fi
+if [ "${CE_HANG_STACKS:-0}" = 1 ]; then  # every thread's stack of a training run stalled under it
+  OUT="$OUT" bash scripts/ce_hang_stacks.sh build-gpu
+fi
 if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduce, NVLink and P2P off
   for p2p in 0 1; do
     NCCL_P2P_DISABLE=$p2p build-gpu/bin/train topology > "$OUT/topology_p2p$p2p.txt" 2>&1; echo "topology p2p_disable=$p2p exit $?"
