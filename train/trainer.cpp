@@ -417,7 +417,13 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   const int64_t total = config.warmup + config.steps;
   std::unique_ptr<StepClock> clock = make_step_clock(device, total, std::min(start_step, total));
   NonfiniteCheck nonfinite(arena);
-  optimizer->set_skip_flag(nonfinite.flag());
+  // Note [The non-finite scan in the update] (framework/optim/optimizer.h): skipping needs the
+  // scan before the update; stopping finds a bad step in the update's own pass.
+  const bool scan_in_update = config.nonfinite == "stop";
+  if (scan_in_update)
+    optimizer->set_nonfinite_report(nonfinite.flag());
+  else
+    optimizer->set_skip_flag(nonfinite.flag());
   // --trace: every step's phases and buckets (train/step_tracer.h); `tracing` is null when off.
   std::unique_ptr<StepTracer> tracer;
   if (!config.trace.empty()) {
@@ -444,7 +450,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       const std::string cause = ddp.reducer ? ddp.reducer->hook().explain_nonfinite(s - start_step) : "";
       const std::string where = "step " + std::to_string(s + 1) + " (rank " + std::to_string(env.rank) +
                                 "): non-finite gradient in " + nonfinite.parameter_at(bad) + " (loss " +
-                                std::to_string(loss_value) + "); the update was not applied" +
+                                std::to_string(loss_value) + ")" +
+                                (scan_in_update ? "; the run stops before anything of this step is saved"
+                                                : "; the update was not applied") +
                                 (cause.empty() ? "" : "; " + cause);
       if (config.nonfinite == "stop")
         throw Error(where + ". --nonfinite skip skips such steps instead", ErrorKind::kNumeric);
@@ -508,8 +516,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }
     TracedPhase phase(tracing, "optimizer step", NvtxColor::kOptimizer);
-    nonfinite.run();    // on every rank the same answer: the gradients are all-reduced
-    optimizer->step();  // skipped (on the device) when the check found a NaN or Inf
+    // On every rank the same answer: the gradients are all-reduced.
+    if (!scan_in_update) nonfinite.run();
+    optimizer->step();  // skipped (on the device) when the check found a NaN or Inf, or reporting one
     return step_loss;
   };
   auto save = [&](int64_t steps_done) {
@@ -601,7 +610,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
                " steps (--warmup + --steps)");
-  if (config.op_breakdown) result.op_breakdown = op_breakdown(train_step, ddp.group.get(), out);
+  if (config.op_breakdown) {
+    result.op_breakdown = op_breakdown(train_step, ddp.group.get(), out);
+    // Its two extra steps are not reported like the others. Under --nonfinite stop their updates
+    // ran whatever the gradients held; a bad first one makes the second's loss, and so every
+    // gradient, non-finite too, so the last flag tells, before anything is saved.
+    const int64_t bad = nonfinite.flag().to(Device::cpu()).data<int64_t>()[0];
+    if (scan_in_update && bad != kNoNonfinite)
+      throw Error("a step of --op-breakdown (rank " + std::to_string(env.rank) + "): non-finite gradient in " +
+                      nonfinite.parameter_at(bad) + "; the run stops before anything is saved",
+                  ErrorKind::kNumeric);
+  }
 
   const int64_t timed_first = std::max(config.warmup, start_step);
   VITDDP_CHECK(timed_first < total, "no timed step left after resuming at step ", start_step,

@@ -11,12 +11,22 @@ namespace {
 
 // The update of pack k (N elements) of the flat buffers; `buf` (momentum) and `p16` (the
 // 16-bit weight copy) may be null.
+// `found` (with a non-finite report only): the smallest index of a non-finite gradient element
+// this thread has seen.
+template <int N>
+__device__ __forceinline__ void note_nonfinite(int64_t k, const float (&g)[N], unsigned long long& found) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (!isfinite(g[i])) found = min(found, static_cast<unsigned long long>(k * N + i));
+}
+
 template <int N, typename G, typename P>
 __device__ __forceinline__ void sgd_pack(int64_t k, float* p, const G* g, P* p16, float* buf, float lr, float mu,
-                                         float wd) {
+                                         float wd, bool report, unsigned long long& found) {
   float w[N], d[N];
   load_pack<N>(p, k, w);
   load_pack<N>(g, k, d);
+  if (report) note_nonfinite<N>(k, d, found);
 #pragma unroll
   for (int i = 0; i < N; ++i) d[i] += wd * w[i];
   if (buf) {
@@ -34,10 +44,12 @@ __device__ __forceinline__ void sgd_pack(int64_t k, float* p, const G* g, P* p16
 
 template <int N, typename G, typename P>
 __device__ __forceinline__ void adamw_pack(int64_t k, float* p, const G* g, P* p16, float* m, float* v, float decay,
-                                           float b1, float b2, float eps, float step_size, float inv_sqrt_bc2) {
+                                           float b1, float b2, float eps, float step_size, float inv_sqrt_bc2,
+                                           bool report, unsigned long long& found) {
   float w[N], gi[N], mi[N], vi[N];
   load_pack<N>(p, k, w);
   load_pack<N>(g, k, gi);
+  if (report) note_nonfinite<N>(k, gi, found);
   load_pack<N>(m, k, mi);
   load_pack<N>(v, k, vi);
 #pragma unroll
@@ -54,24 +66,47 @@ __device__ __forceinline__ void adamw_pack(int64_t k, float* p, const G* g, P* p
 
 // kQuads: every buffer is quad-aligned, and all but the last n % 4 elements go four at a time
 // (the update is memory-bound: ~3.6 GB per step for ViT-L in bf16).
+__global__ void reset_report_kernel(int64_t* flag) { *flag = INT64_MAX; }
+
+// One atomic per thread that saw a non-finite gradient (normally none).
+__device__ __forceinline__ void report_found(int64_t* report, unsigned long long found) {
+  if (report && found != ~0ull) atomicMin(reinterpret_cast<unsigned long long*>(report), found);
+}
+
 template <typename G, typename P, bool kQuads>
 __global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, float lr, float mu, float wd,
-                           const int64_t* skip) {
+                           const int64_t* skip, int64_t* report) {
   if (skip && *skip != INT64_MAX) return;
+  const bool reporting = report != nullptr;
+  unsigned long long found = ~0ull;
   const int64_t quads = kQuads ? n / 4 : 0;
-  VITDDP_GRID_STRIDE_LOOP(q, quads) sgd_pack<4>(q, p, g, p16, buf, lr, mu, wd);
-  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) sgd_pack<1>(i, p, g, p16, buf, lr, mu, wd);
+  VITDDP_GRID_STRIDE_LOOP(q, quads) sgd_pack<4>(q, p, g, p16, buf, lr, mu, wd, reporting, found);
+  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) sgd_pack<1>(i, p, g, p16, buf, lr, mu, wd, reporting, found);
+  report_found(report, found);
 }
 
 template <typename G, typename P, bool kQuads>
 __global__ void adamw_kernel(float* p, const G* g, P* p16, float* m, float* v, int64_t n, float decay, float b1,
-                             float b2, float eps, float step_size, float inv_sqrt_bc2, const int64_t* skip) {
+                             float b2, float eps, float step_size, float inv_sqrt_bc2, const int64_t* skip,
+                             int64_t* report) {
   if (skip && *skip != INT64_MAX) return;
+  const bool reporting = report != nullptr;
+  unsigned long long found = ~0ull;
   const int64_t quads = kQuads ? n / 4 : 0;
-  VITDDP_GRID_STRIDE_LOOP(q, quads) adamw_pack<4>(q, p, g, p16, m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2);
-  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) {
-    adamw_pack<1>(i, p, g, p16, m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2);
+  VITDDP_GRID_STRIDE_LOOP(q, quads) {
+    adamw_pack<4>(q, p, g, p16, m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2, reporting, found);
   }
+  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) {
+    adamw_pack<1>(i, p, g, p16, m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2, reporting, found);
+  }
+  report_found(report, found);
+}
+
+// Resets the report flag before an update that reports into it.
+void reset_report(const FlatBuffers& b) {
+  if (!b.report_nonfinite) return;
+  reset_report_kernel<<<1, 1, 0, current_stream()>>>(b.report_nonfinite);
+  CUDA_CHECK_LAUNCH();
 }
 
 // Whether every buffer of the update (null ones aside) may be read as quads.
@@ -99,8 +134,10 @@ void sgd_step(const FlatBuffers& b, float* momentum, float lr, float mu, float w
     using P = decltype(p);
     const bool quads = quads_fit(b, {momentum});
     auto kernel = quads ? sgd_kernel<G, P, true> : sgd_kernel<G, P, false>;
+    reset_report(b);
     kernel<<<grid_for(quads ? b.n / 4 + 1 : b.n), kThreads, 0, current_stream()>>>(
-        b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), momentum, b.n, lr, mu, wd, b.skip_if_set);
+        b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), momentum, b.n, lr, mu, wd, b.skip_if_set,
+        b.report_nonfinite);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -113,9 +150,10 @@ void adamw_step(const FlatBuffers& b, float* exp_avg, float* exp_avg_sq, float d
     using P = decltype(p);
     const bool quads = quads_fit(b, {exp_avg, exp_avg_sq});
     auto kernel = quads ? adamw_kernel<G, P, true> : adamw_kernel<G, P, false>;
+    reset_report(b);
     kernel<<<grid_for(quads ? b.n / 4 + 1 : b.n), kThreads, 0, current_stream()>>>(
         b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), exp_avg, exp_avg_sq, b.n, decay, beta1,
-        beta2, eps, step_size, inv_sqrt_bc2, b.skip_if_set);
+        beta2, eps, step_size, inv_sqrt_bc2, b.skip_if_set, b.report_nonfinite);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -18,6 +18,10 @@ struct FlatBuffers {
   int64_t n = 0;
   // Device flag (optim/nonfinite.h): when it holds anything but INT64_MAX the update is skipped.
   const int64_t* skip_if_set = nullptr;
+  // Device flag to report into instead (Note [The non-finite scan in the update] in
+  // framework/optim/optimizer.h): the update runs whatever the gradients hold, and the flag
+  // ends as the smallest index of a non-finite gradient element, or INT64_MAX.
+  int64_t* report_nonfinite = nullptr;
 };
 
 // PyTorch SGD: d = g + wd p; with a momentum buffer (may be null) buf = mu buf + d, d = buf;

@@ -3,6 +3,7 @@
 
 #include "framework/core/error.h"
 #include "framework/optim/flat_buffers.h"
+#include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/optimizer.h"
@@ -42,18 +43,22 @@ class AdamW final : public Optimizer {
                 eps = static_cast<float>(config_.eps);
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::adamw_step(flat_buffers(arena_, device_skip_flag()), m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2);
+      cuda::adamw_step(flat_buffers(arena_, device_skip_flag(), report_flag()), m, v, decay, b1, b2, eps, step_size,
+                       inv_sqrt_bc2);
       return;
 #endif
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "adamw: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(grads);
+    int64_t first_bad = kNoNonfinite;  // for the report flag
     for (int64_t i = 0; i < arena_.numel(); ++i) {
+      if (first_bad == kNoNonfinite && !std::isfinite(g[i])) first_bad = i;
       p[i] *= decay;
       m[i] = b1 * m[i] + (1 - b1) * g[i];
       v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
       p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
     }
+    if (int64_t* report = report_flag()) *report = first_bad;
   }
 
  private:

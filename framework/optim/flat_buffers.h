@@ -7,7 +7,7 @@
 
 namespace vitddp {
 
-inline cuda::FlatBuffers flat_buffers(const ParamArena& arena, const int64_t* skip_if_set) {
+inline cuda::FlatBuffers flat_buffers(const ParamArena& arena, const int64_t* skip_if_set, int64_t* report_nonfinite) {
   cuda::FlatBuffers b;
   b.master = arena.flat_master().data<float>();
   b.grads = arena.flat_grads().data_ptr();
@@ -18,6 +18,7 @@ inline cuda::FlatBuffers flat_buffers(const ParamArena& arena, const int64_t* sk
   }
   b.n = arena.numel();
   b.skip_if_set = skip_if_set;
+  b.report_nonfinite = report_nonfinite;
   return b;
 }
 

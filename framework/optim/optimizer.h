@@ -37,16 +37,29 @@ class Optimizer {
   // With a flag from NonfiniteCheck, step() does nothing when the flag is set (on the GPU the
   // kernel reads it, so the host never waits). The step count still advances on the GPU.
   void set_skip_flag(const Tensor& flag) { skip_flag_ = flag; }
+  // Note [The non-finite scan in the update]
+  // A step whose gradients hold a NaN or Inf must not reach weights that are used or saved.
+  // Under --nonfinite skip, NonfiniteCheck reads every gradient first and the update skips on
+  // its flag (set_skip_flag): one extra pass over the gradients (0.29 ms of a 74.6 ms fp32
+  // step on an H200, 0.15 ms of a 10.3 ms bf16 one). Under --nonfinite stop the run ends at
+  // that step before saving anything, so the update may run regardless, as long as the step is
+  // known to be bad: with a report flag, step() finds the smallest index of a non-finite
+  // gradient element in the same pass as the update and leaves it in `flag` (kNoNonfinite when
+  // there is none), at the cost of a few compares per element and no extra read. The weights
+  // then hold that step's update, NaNs included; the caller must stop before using them.
+  void set_nonfinite_report(const Tensor& flag) { report_flag_ = flag; }
   double lr() const { return lr_; }
 
  protected:
   // CPU: whether the flag says to skip (reads it; the CPU has nothing to wait for).
   bool skip_on_host() const;
   const int64_t* device_skip_flag() const { return skip_flag_.defined() ? skip_flag_.data<int64_t>() : nullptr; }
+  int64_t* report_flag() const { return report_flag_.defined() ? report_flag_.data<int64_t>() : nullptr; }
 
   int64_t step_count_ = 0;
   double lr_ = 0;
   Tensor skip_flag_;
+  Tensor report_flag_;  // see set_nonfinite_report
 };
 
 // PyTorch's SGD (dampening 0, no Nesterov): g += wd * p; buf = momentum * buf + g; p -= lr * buf.

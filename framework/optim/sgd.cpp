@@ -1,7 +1,10 @@
 // SGD with momentum and weight decay over the arena's flat buffers: one loop on the CPU, one
 // fused launch on the GPU.
+#include <cmath>
+
 #include "framework/core/error.h"
 #include "framework/optim/flat_buffers.h"
+#include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/optimizer.h"
@@ -38,13 +41,15 @@ class Sgd final : public Optimizer {
     ++step_count_;
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::sgd_step(flat_buffers(arena_, device_skip_flag()), buf, lr, mu, wd);
+      cuda::sgd_step(flat_buffers(arena_, device_skip_flag(), report_flag()), buf, lr, mu, wd);
       return;
 #endif
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "sgd: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(grads);
+    int64_t first_bad = kNoNonfinite;  // for the report flag
     for (int64_t i = 0; i < n; ++i) {
+      if (first_bad == kNoNonfinite && !std::isfinite(g[i])) first_bad = i;
       float d = g[i] + wd * p[i];
       if (buf) {
         // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
@@ -53,6 +58,7 @@ class Sgd final : public Optimizer {
       }
       p[i] -= lr * d;
     }
+    if (int64_t* report = report_flag()) *report = first_bad;
   }
 
  private:

@@ -1,15 +1,20 @@
 // The GPU non-finite scan (vectorised bit test + exact index): the first NaN/Inf of a buffer in
-// f32, bf16 and f16, at the start, inside, in the scalar tail, and on a misaligned view.
+// f32, bf16 and f16, at the start, inside, in the scalar tail, and on a misaligned view; and the
+// same answer from the optimizers' update when it reports (Note [The non-finite scan in the
+// update]), which must not change the update itself.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 
 #include "common/gpu.h"
 #include "common/test_utils.h"
 #include "framework/optim/nonfinite.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/nonfinite.h"
+#include "framework/cuda/optimizer.h"
 #endif
 
 namespace vitddp {
@@ -47,6 +52,49 @@ TEST(NonfiniteGpu, FindsTheFirstBadElementInEveryDtypeAndPosition) {
     Tensor full = buffer_with(dtype, n, {{5001, nan}});
     Tensor view = full.as_strided({n - 1}, {1}, full.storage_offset() + 1);
     EXPECT_EQ(scan(view), 5000);
+  }
+#endif
+}
+
+// The fused SGD and AdamW updates with a report flag: the scan's answer for every case above,
+// and, with finite gradients, weights bit-identical to the update without the report.
+TEST(NonfiniteGpu, TheUpdateReportsWhatTheScanFinds) {
+  VITDDP_REQUIRE_GPU();
+#if VITDDP_WITH_CUDA
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  const int64_t n = 1000003;
+  const std::vector<std::vector<std::pair<int64_t, double>>> cases = {
+      {}, {{0, nan}}, {{777777, -inf}, {999999, nan}}, {{999999, nan}, {123457, inf}}, {{n - 1, inf}}};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const char* optimizer : {"sgd", "adamw"}) {
+      for (const auto& bad : cases) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + optimizer + ", " + std::to_string(bad.size()) + " bad");
+        Tensor grads = buffer_with(dtype, n, bad);
+        Tensor start = buffer_with(DType::kF32, n, {});  // the weights: finite
+        Tensor flag = Tensor::zeros({1}, DType::kI64, grads.device());
+        auto update = [&](Tensor master, int64_t* report) {
+          cuda::FlatBuffers b;
+          b.master = master.data<float>();
+          b.grads = grads.data_ptr();
+          b.grad_dtype = dtype;
+          b.n = n;
+          b.report_nonfinite = report;
+          Tensor m = Tensor::zeros({n}, DType::kF32, grads.device()), v = Tensor::zeros({n}, DType::kF32, grads.device());
+          if (std::string(optimizer) == "sgd")
+            cuda::sgd_step(b, m.data<float>(), 0.1f, 0.9f, 0.01f);
+          else
+            cuda::adamw_step(b, m.data<float>(), v.data<float>(), 0.999f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f);
+        };
+        Tensor reported = start.clone(), plain = start.clone();
+        update(reported, flag.data<int64_t>());
+        update(plain, nullptr);
+        EXPECT_EQ(flag.to(Device::cpu()).data<int64_t>()[0], scan(grads));
+        if (bad.empty()) {
+          Tensor a = reported.to(Device::cpu()), b = plain.to(Device::cpu());
+          EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
+        }
+      }
+    }
   }
 #endif
 }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "common/test_utils.h"
 #include "common/train_process.h"
@@ -44,10 +45,37 @@ TEST(Nonfinite, CheckFindsTheFirstBadElementAndTheOptimizerSkips) {
   EXPECT_EQ(a.to_vector(), (std::vector<double>{1, 2, 3}));  // not applied
 }
 
+// Note [The non-finite scan in the update]: under --nonfinite stop the update itself reports
+// the first bad element, and is applied (the run stops before the weights are used).
+TEST(Nonfinite, TheUpdateReportsTheFirstBadElement) {
+  for (const char* name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(name);
+    Tensor a = Tensor::from_vector({1, 2, 3}, {3}).set_requires_grad(true);
+    Tensor b = Tensor::from_vector({4, 5}, {2}).set_requires_grad(true);
+    ParamArena arena({{"a", a}, {"b", b}}, Device::cpu());
+    Tensor flag = Tensor::zeros({1}, DType::kI64, Device::cpu());
+    auto optimizer = std::string(name) == "sgd" ? make_sgd(arena, SgdConfig{1.0, 0.0, 0.0}) : make_adamw(arena, AdamWConfig{});
+    optimizer->set_nonfinite_report(flag);
+    a.grad().fill_(1.0);
+    b.grad().fill_(1.0);
+    optimizer->step();
+    EXPECT_EQ(flag.data<int64_t>()[0], kNoNonfinite);
+    EXPECT_LT(a.to_vector()[0], 1.0);  // applied
+    a.grad().data<float>()[2] = std::numeric_limits<float>::infinity();
+    a.grad().data<float>()[1] = std::nanf("");
+    const double before = a.to_vector()[0];
+    optimizer->step();
+    EXPECT_EQ(flag.data<int64_t>()[0], arena.offset_of(0) + 1);
+    EXPECT_LT(a.to_vector()[0], before);  // applied all the same
+    EXPECT_TRUE(std::isnan(a.to_vector()[1]));
+  }
+}
+
 TEST(Nonfinite, StopsWithExitCodeFiveNamingStepAndParameter) {
   auto [code, out] = run("VITDDP_FAULT=0:1:nan", kTiny);
   EXPECT_EQ(code, 5) << out;
   EXPECT_NE(out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << out;
+  EXPECT_NE(out.find("the run stops before anything of this step is saved"), std::string::npos) << out;
 }
 
 TEST(Nonfinite, SkipLeavesTheWeightsFinite) {
