@@ -1,6 +1,7 @@
 #include "train/ddp_wiring.h"
 
 #include <chrono>
+#include <thread>
 
 #include "distributed/comm_hook.h"
 #include "distributed/hooks/powersgd.h"
@@ -55,8 +56,13 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.max_ctas = static_cast<int>(config.sm_carveout);
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
-  // Every rank starts from rank 0's weights (the master; the 16-bit copy follows it).
-  ddp.group->broadcast(arena.flat_master(), 0)->wait();
+  // Every rank starts from rank 0's weights (the master; the 16-bit copy follows it). The host
+  // waits for them too: at the start there is nothing to overlap, and the run then makes the
+  // rest of its CUDA objects (pinned buffers, cuBLASLt handles and workspaces) with no
+  // collective in flight (docs/performance.md, "Copy engines for the shared-memory transport").
+  std::shared_ptr<Work> weights = ddp.group->broadcast(arena.flat_master(), 0);
+  weights->wait();
+  while (!weights->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // done() checks health
   if (arena.mixed_precision()) arena.flat_params().copy_(arena.flat_master());
 
   std::vector<ReducerParam> params;

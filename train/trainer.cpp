@@ -219,8 +219,9 @@ void configure_device(const Device& device, const TrainConfig& config) {
 // Two more (untimed) steps after the timed ones: one plain, from an idle GPU, timing the host
 // against the GPU; one with the op profiler on. Prints both; returns time per op type. The run
 // refused --op-breakdown off the GPU before its first step.
-template <typename StepFn>
-nlohmann::json op_breakdown(StepFn&& step, const ProcessGroup* group, std::ostream& out) {
+// `after_step()` runs after each of the two, once the GPU has finished it.
+template <typename StepFn, typename AfterFn>
+nlohmann::json op_breakdown(StepFn&& step, AfterFn&& after_step, const ProcessGroup* group, std::ostream& out) {
   nlohmann::json rows = nlohmann::json::array();
 #if VITDDP_WITH_CUDA
   // First a plain step from an idle GPU: how long the host takes to issue one step's work
@@ -233,6 +234,7 @@ nlohmann::json op_breakdown(StepFn&& step, const ProcessGroup* group, std::ostre
   Tensor loss = step();
   const double issued_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   loss.item();
+  after_step();
   const double finished_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   out << "host against GPU: one step issued in " << std::setprecision(4) << issued_ms << " ms, finished "
       << finished_ms << " ms after the start (issue/finish " << std::setprecision(2) << issued_ms / finished_ms
@@ -249,6 +251,7 @@ nlohmann::json op_breakdown(StepFn&& step, const ProcessGroup* group, std::ostre
   profiler.set_enabled(true);
   step().item();
   profiler.set_enabled(false);
+  after_step();
   std::vector<cuda::OpProfiler::Entry> entries = profiler.collect();
   double total = 0;
   for (const auto& e : entries) total += e.ms;
@@ -263,6 +266,7 @@ nlohmann::json op_breakdown(StepFn&& step, const ProcessGroup* group, std::ostre
   }
 #else
   (void)step;
+  (void)after_step;
   (void)group;
   (void)out;
 #endif
@@ -611,15 +615,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
                " steps (--warmup + --steps)");
   if (config.op_breakdown) {
-    result.op_breakdown = op_breakdown(train_step, ddp.group.get(), out);
     // Its two extra steps are not reported like the others. Under --nonfinite stop their updates
-    // ran whatever the gradients held; a bad first one makes the second's loss, and so every
-    // gradient, non-finite too, so the last flag tells, before anything is saved.
-    const int64_t bad = nonfinite.flag().to(Device::cpu()).data<int64_t>()[0];
-    if (scan_in_update && bad != kNoNonfinite)
-      throw Error("a step of --op-breakdown (rank " + std::to_string(env.rank) + "): non-finite gradient in " +
-                      nonfinite.parameter_at(bad) + "; the run stops before anything is saved",
-                  ErrorKind::kNumeric);
+    // run whatever the gradients hold, so each one's flag is read once it has run, before the
+    // next step and before anything is saved (under skip a bad one was not applied).
+    auto stop_if_bad = [&] {
+      const int64_t bad = nonfinite.flag().to(Device::cpu()).data<int64_t>()[0];
+      if (scan_in_update && bad != kNoNonfinite)
+        throw Error("a step of --op-breakdown (rank " + std::to_string(env.rank) + "): non-finite gradient in " +
+                        nonfinite.parameter_at(bad) + "; the run stops before anything is saved",
+                    ErrorKind::kNumeric);
+    };
+    result.op_breakdown = op_breakdown(train_step, stop_if_bad, ddp.group.get(), out);
   }
 
   const int64_t timed_first = std::max(config.warmup, start_step);

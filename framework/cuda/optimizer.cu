@@ -64,8 +64,6 @@ __device__ __forceinline__ void adamw_pack(int64_t k, float* p, const G* g, P* p
   if (p16) store_pack<N>(p16, k, w);
 }
 
-// kQuads: every buffer is quad-aligned, and all but the last n % 4 elements go four at a time
-// (the update is memory-bound: ~3.6 GB per step for ViT-L in bf16).
 __global__ void reset_report_kernel(int64_t* flag) { *flag = INT64_MAX; }
 
 // One atomic per thread that saw a non-finite gradient (normally none).
@@ -73,6 +71,8 @@ __device__ __forceinline__ void report_found(int64_t* report, unsigned long long
   if (report && found != ~0ull) atomicMin(reinterpret_cast<unsigned long long*>(report), found);
 }
 
+// kQuads: every buffer is quad-aligned, and all but the last n % 4 elements go four at a time
+// (the update is memory-bound: ~3.6 GB per step for ViT-L in bf16).
 template <typename G, typename P, bool kQuads>
 __global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, float lr, float mu, float wd,
                            const int64_t* skip, int64_t* report) {
