@@ -50,15 +50,14 @@ class AdamW final : public Optimizer {
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "adamw: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(grads);
-    int64_t first_bad = kNoNonfinite;  // for the report flag
+    // On the CPU the scan is a pass of its own, before the update: the same answer.
+    if (int64_t* report = report_flag()) *report = first_nonfinite_index(g, arena_.numel());
     for (int64_t i = 0; i < arena_.numel(); ++i) {
-      if (first_bad == kNoNonfinite && !std::isfinite(g[i])) first_bad = i;
       p[i] *= decay;
       m[i] = b1 * m[i] + (1 - b1) * g[i];
       v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
       p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
     }
-    if (int64_t* report = report_flag()) *report = first_bad;
   }
 
  private:

@@ -23,12 +23,7 @@ void NonfiniteCheck::run() {
   int64_t first = kNoNonfinite;
   dispatch_float(grads.dtype(), "nonfinite check", [&](auto zero) {
     using T = decltype(zero);
-    const T* g = grads.data<T>();
-    for (int64_t i = 0; i < grads.numel(); ++i)
-      if (!std::isfinite(g[i])) {
-        first = i;
-        break;
-      }
+    first = first_nonfinite_index(grads.data<T>(), grads.numel());
   });
   flag_.data<int64_t>()[0] = first;
 }

@@ -6,6 +6,7 @@
 // same.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -15,6 +16,14 @@
 namespace vitddp {
 
 constexpr int64_t kNoNonfinite = std::numeric_limits<int64_t>::max();
+
+// The CPU's scan: the index of the first NaN or Inf among `n` values, or kNoNonfinite.
+template <typename T>
+int64_t first_nonfinite_index(const T* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return kNoNonfinite;
+}
 
 class NonfiniteCheck {
  public:

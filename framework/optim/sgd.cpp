@@ -1,7 +1,5 @@
 // SGD with momentum and weight decay over the arena's flat buffers: one loop on the CPU, one
 // fused launch on the GPU.
-#include <cmath>
-
 #include "framework/core/error.h"
 #include "framework/optim/flat_buffers.h"
 #include "framework/optim/nonfinite.h"
@@ -47,9 +45,9 @@ class Sgd final : public Optimizer {
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "sgd: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(grads);
-    int64_t first_bad = kNoNonfinite;  // for the report flag
+    // On the CPU the scan is a pass of its own, before the update: the same answer.
+    if (int64_t* report = report_flag()) *report = first_nonfinite_index(g, n);
     for (int64_t i = 0; i < n; ++i) {
-      if (first_bad == kNoNonfinite && !std::isfinite(g[i])) first_bad = i;
       float d = g[i] + wd * p[i];
       if (buf) {
         // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
@@ -58,7 +56,6 @@ class Sgd final : public Optimizer {
       }
       p[i] -= lr * d;
     }
-    if (int64_t* report = report_flag()) *report = first_bad;
   }
 
  private:
