@@ -1,5 +1,8 @@
 #include "distributed/process_group.h"
 
+#include <chrono>
+#include <thread>
+
 #include "framework/core/error.h"
 
 #if VITDDP_WITH_GLOO
@@ -10,6 +13,11 @@
 #endif
 
 namespace vitddp {
+
+void Work::wait_on_host() {
+  wait();
+  while (!done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 std::unique_ptr<ProcessGroup> make_gloo_process_group(const ProcessGroupOptions& options) {
 #if VITDDP_WITH_GLOO

@@ -29,6 +29,9 @@ class Work {
   virtual void wait() = 0;
   // True once the result is in place (never blocks).
   virtual bool done() = 0;
+  // wait(), then blocks the host until done(), polling it: a failed or timed-out collective
+  // throws (from wait(), or from an NCCL done()) instead of hanging.
+  void wait_on_host();
 };
 
 struct ProcessGroupOptions {

@@ -1,7 +1,6 @@
 #include "train/ddp_wiring.h"
 
 #include <chrono>
-#include <thread>
 
 #include "distributed/comm_hook.h"
 #include "distributed/hooks/powersgd.h"
@@ -60,9 +59,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   // waits for them too: at the start there is nothing to overlap, and the run then makes the
   // rest of its CUDA objects (pinned buffers, cuBLASLt handles and workspaces) with no
   // collective in flight (docs/performance.md, "Copy engines for the shared-memory transport").
-  std::shared_ptr<Work> weights = ddp.group->broadcast(arena.flat_master(), 0);
-  weights->wait();
-  while (!weights->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // done() checks health
+  ddp.group->broadcast(arena.flat_master(), 0)->wait_on_host();
   if (arena.mixed_precision()) arena.flat_params().copy_(arena.flat_master());
 
   std::vector<ReducerParam> params;

@@ -653,8 +653,7 @@ std::shared_ptr<Work> ProcessGroupNccl::allgather(const Tensor& in, const Tensor
 void ProcessGroupNccl::barrier() {
   VITDDP_CHECK(cuda::current_device() == device_, "ProcessGroupNccl::barrier: cuda:", cuda::current_device(),
                " is current, but the group lives on cuda:", device_);
-  auto work = allreduce(barrier_buffer_, ReduceOp::kSum);
-  while (!work->done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // done() checks health
+  allreduce(barrier_buffer_, ReduceOp::kSum)->wait_on_host();
 }
 
 }  // namespace vitddp
