@@ -76,8 +76,13 @@ fi
 if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
   OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu
 fi
-if [ "${CE_HANG_STACKS:-0}" = 1 ]; then  # every thread's stack of a training run stalled under it
-  OUT="$OUT" bash scripts/ce_hang_stacks.sh build-gpu
+# CE_HANG_STACKS=1: every thread's stack of a training run stalled under it. CE_HANG_VARIANTS="TAG:ENV=V,ENV=V ..."
+# runs it once per variant with those variables (e.g. "ce: ce_ctx:NCCL_CREATE_THREAD_CONTEXT=1").
+if [ "${CE_HANG_STACKS:-0}" = 1 ]; then
+  for spec in ${CE_HANG_VARIANTS:-ce:}; do
+    IFS=: read -r tag vars <<< "$spec"
+    (IFS=,; for kv in $vars; do export "$kv"; done; OUT="$OUT" CE_HANG_TAG="$tag" bash scripts/ce_hang_stacks.sh build-gpu 20)
+  done
 fi
 if [ "${COMM_REPORTS:-0}" = 1 ]; then  # train topology and train bench allreduce, NVLink and P2P off
   for p2p in 0 1; do

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "distributed/launcher.h"
+#include "framework/core/thread_stacks.h"
 #include "train/bench/allreduce_bench.h"
 #include "train/bench/bench_command.h"
 #include "train/bench/loader_bench.h"
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
     if (std::optional<int> code =
             launch_if_needed(processes, config.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))
       return *code;
+    // `kill -USR2 <rank's pid>` prints every thread's stack of that rank and lets it run on (a
+    // hang's first evidence where no debugger can attach).
+    dump_thread_stacks_on_sigusr2();
     RunResult result = run_training(config, env, std::cout);
     if (config.json && env.rank == 0) std::cout << result.to_json(config).dump() << std::endl;
     return kExitOk;

@@ -15,6 +15,7 @@
 #include "distributed/file_store.h"
 #include "distributed/nccl/nccl_check.h"
 #include "distributed/wait_board.h"
+#include "framework/core/thread_stacks.h"
 #include "framework/cuda/check.h"
 
 namespace vitddp {
@@ -357,6 +358,21 @@ struct ProcessGroupNccl::Shared {
     return std::nullopt;
   }
 
+  // What the watchdog saw, for the heartbeat: the oldest unfinished collective and its age.
+  std::string describe_oldest() const {
+    const auto now = Clock::now();
+    auto age = [&](Clock::time_point start) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
+    };
+    if (pending) return detail::concat("NCCL ", pending->what, " #", pending->seq, " not yet taken by NCCL after ",
+                                       age(pending->start), " ms");
+    for (const InFlight& entry : in_flight) {
+      if (entry.done->query()) continue;
+      return detail::concat("NCCL ", entry.what, " #", entry.seq, " in flight for ", age(entry.start), " ms");
+    }
+    return "no collective in flight";
+  }
+
   void release_finished() {
     while (!in_flight.empty() && in_flight.front().done->query()) in_flight.pop_front();
   }
@@ -485,10 +501,24 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   comm_stream_ = cuda::Stream::create(device_, greatest_priority);
   ready_ = cuda::Event::create();
   barrier_buffer_ = Tensor::zeros({1}, DType::kF32, Device::cuda(device_));
+  // Nothing legitimate holds the watchdog longer than a caller's bounded wait for NCCL (the
+  // timeout) plus an abort's grace period; the second grace period is margin.
+  const auto heartbeat_limit = timeout_ + std::chrono::seconds(2 * kAbortGraceSeconds);
+  const int rank = options.rank;
+  heartbeat_ = std::make_unique<HeartbeatMonitor>(heartbeat_limit, [rank](const std::string& report) {
+    std::fprintf(stderr,
+                 "vitddp: rank %d: the NCCL watchdog is stuck: %s. A thread is blocked inside a CUDA or NCCL call "
+                 "holding the process group; the stacks of every thread follow, then the process exits with code %d\n",
+                 rank, report.c_str(), kAbortHangExitCode);
+    std::fflush(stderr);
+    write_thread_stacks(2);
+    std::_Exit(kAbortHangExitCode);
+  });
   watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
 ProcessGroupNccl::~ProcessGroupNccl() {
+  heartbeat_.reset();  // the watchdog stops beating now, and the teardown below may take the timeout
   {
     std::lock_guard<std::mutex> lock(watchdog_mutex_);
     watchdog_stop_ = true;
@@ -529,15 +559,20 @@ void ProcessGroupNccl::watchdog_loop() {
   while (!watchdog_wake_.wait_for(wake_lock, kWatchdogPeriod, [&] { return watchdog_stop_; })) {
     try {
       std::optional<std::pair<uint64_t, std::string>> post;
+      std::string seen;
       {
         std::lock_guard<std::mutex> lock(shared_->mutex);
         shared_->check(timeout_);
         post = shared_->wait_to_post();
+        seen = shared_->describe_oldest();
       }
+      heartbeat_->beat(std::move(seen));
       if (post) shared_->board->post_waiting(post->first, "NCCL " + post->second);
     } catch (const Error& e) {
-      // Recorded in shared_->failure (and the communicator aborted); the caller's next call
-      // throws it. Say so now too: the caller may be blocked somewhere else.
+      // Recorded in shared_->failure (and the communicator aborted: its own grace period takes
+      // over from the heartbeat); the caller's next call throws it. Say so now too: the caller
+      // may be blocked somewhere else.
+      heartbeat_->stop();
       std::fprintf(stderr, "vitddp: rank %d: %s\n", rank(), e.what());
       std::fflush(stderr);
       return;

@@ -14,7 +14,10 @@
 // sequence number) or an asynchronous NCCL error (ErrorKind::kPeer) aborts the communicator and
 // marks the group failed: from then on every call (collectives, Work::wait/done, check_health)
 // throws that error. ncclCommAbort can itself hang; if it has not returned after
-// kAbortGraceSeconds the process prints one line to stderr and exits with code 4.
+// kAbortGraceSeconds the process prints one line to stderr and exits with code 4. The watchdog
+// itself is watched (Note [Heartbeat monitor]): if it has not completed a check for the timeout
+// plus 2 * kAbortGraceSeconds (a thread stuck in a CUDA or NCCL call while holding the group),
+// the process prints what it last saw and every thread's stack, and exits with code 4.
 //
 // The rendezvous folder carries the ncclUniqueId from rank 0 to the others: use a fresh folder
 // per run, or a rank may read the id of an earlier run.
@@ -32,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/heartbeat_monitor.h"
 #include "distributed/process_group.h"
 #include "framework/cuda/stream.h"
 
@@ -131,6 +135,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::condition_variable watchdog_wake_;
   bool watchdog_stop_ = false;  // guarded by watchdog_mutex_
   std::thread watchdog_;
+  std::unique_ptr<HeartbeatMonitor> heartbeat_;  // the watchdog's beats
 };
 
 }  // namespace vitddp
