@@ -9,7 +9,6 @@
 #include <optional>
 #include <string>
 
-#include "distributed/cuda_loading.h"
 #include "distributed/launcher.h"
 #include "framework/core/thread_stacks.h"
 #include "train/bench/allreduce_bench.h"
@@ -35,9 +34,6 @@ int main(int argc, char** argv) {
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     if (!config.trace.empty()) check_trace_path(config.trace);  // before anything runs
     RankEnvironment env = read_rank_environment();
-    // Before the first CUDA call (resolve_run counts the GPUs). Said once: our launcher's ranks
-    // inherit its choice and have nothing to say; under mpirun or srun rank 0 says it.
-    prepare_cuda_loading_for_nccl(std::cerr, env.rank == 0);
     const int processes = std::max(config.gpus, config.procs);
     // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
     if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);

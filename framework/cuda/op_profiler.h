@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "framework/cuda/launch_window.h"
+
 namespace vitddp::cuda {
 
 class OpProfiler {
@@ -32,7 +34,7 @@ class OpProfiler {
   Impl* impl_ = nullptr;
 };
 
-// Brackets a scope when the profiler is on.
+// Brackets a scope when the profiler is on; ends it with the launch window's check.
 class OpScope {
  public:
   explicit OpScope(const char* name) : active_(OpProfiler::instance().enabled()) {
@@ -40,6 +42,7 @@ class OpScope {
   }
   ~OpScope() {
     if (active_) OpProfiler::instance().end();
+    launch_window_after_op();  // Note [Launch window]
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;

@@ -87,6 +87,10 @@ std::string env_value_problem(const std::string& name, const std::string& value)
     return value == "1" || value == "2" || value == "3" ? "" : "must be 1 (sender), 2 (receiver) or 3 (both)";
   if (name == "CUDA_MODULE_LOADING")
     return value == "LAZY" || value == "EAGER" ? "" : "must be LAZY or EAGER";
+  if (name == "CUDA_DEVICE_MAX_CONNECTIONS")  // hardware work queues the streams share (CUDA's default 8)
+    return all_digits(value) && value.size() <= 2 && std::stoi(value) >= 1 && std::stoi(value) <= 32
+               ? ""
+               : "must be a whole number from 1 to 32";
   if (name == "NCCL_NTHREADS")
     return value == "64" || value == "128" || value == "256" || value == "512" ? "" : "must be 64, 128, 256 or 512";
   if (name == "NCCL_DEBUG") {
@@ -199,7 +203,8 @@ const std::vector<std::string>& allowed_sweep_env() {
   static const std::vector<std::string> names = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_ALGO",     "NCCL_PROTO",
                                                  "NCCL_BUFFSIZE",    "NCCL_NTHREADS",    "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
                                                  "NCCL_CTA_POLICY",  "NCCL_DEBUG",       "NCCL_NVLS_ENABLE",
-                                                 "NCCL_SHM_USE_CUDA_MEMCPY", "NCCL_SHM_MEMCPY_MODE", "CUDA_MODULE_LOADING"};
+                                                 "NCCL_SHM_USE_CUDA_MEMCPY", "NCCL_SHM_MEMCPY_MODE", "CUDA_MODULE_LOADING",
+                                                 "CUDA_DEVICE_MAX_CONNECTIONS"};
   return names;
 }
 

@@ -102,6 +102,10 @@ TEST(Sweep, RejectsEnvOutsideTheAllowList) {
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_CTA_POLICY": "3"}})"), {"NCCL_CTA_POLICY", "efficiency"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_SHM_MEMCPY_MODE": "4"}})"), {"NCCL_SHM_MEMCPY_MODE", "both"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"CUDA_MODULE_LOADING": "eager"}})"), {"LAZY or EAGER"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "33"}})"),
+                      {"CUDA_DEVICE_MAX_CONNECTIONS", "1 to 32"}));
+  EXPECT_NO_THROW(parse_sweep(one_run(R"({"label": "e", "env": {"CUDA_DEVICE_MAX_CONNECTIONS": 32}})"), "x.json",
+                              train_schema()));
   EXPECT_NO_THROW(parse_sweep(one_run(
       R"({"label": "e", "env": {"NCCL_SHM_USE_CUDA_MEMCPY": 1, "NCCL_SHM_MEMCPY_MODE": "3", "CUDA_MODULE_LOADING": "EAGER"}})"),
       "x.json", train_schema()));

@@ -1,0 +1,72 @@
+#include "framework/cuda/launch_window.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+
+// Note [Launch window]
+// A thread that queues GPU work faster than the GPU runs it ends up inside cuLaunchKernel, which
+// waits for room in the stream's hardware queue while holding the CUDA driver's lock. Usually
+// that is harmless back-pressure. Under NCCL's copy-engine transports (NCCL_SHM_USE_CUDA_MEMCPY=1)
+// it is a deadlock: a running NCCL kernel waits for copies that NCCL's proxy thread must issue
+// with CUDA calls, and those wait for the driver's lock; if the queue the launch waits on is
+// itself behind that NCCL kernel (a hardware queue shared with the comm stream, or the end of
+// backward's wait for the buckets), nothing moves again. The stacks of such a stalled 2-GPU run
+// (docs/performance.md, "Copy engines for the shared-memory transport") show exactly that: the
+// main thread inside cuLaunchKernel, NCCL's proxy in cuEventQuery and our watchdog in
+// cuEventRecord, both waiting for the lock. Loading every kernel at start did not help.
+//
+// The window keeps the queue short instead: every kLaunchWindowStride ops an event is recorded
+// on the current stream, and before the next one the thread waits, polling cudaEventQuery (which
+// lets go of the lock between polls), until the event of `limit` ops ago has fired. The host
+// stays that many ops ahead, enough to keep the GPU busy in a GPU-bound step (fp32 ops run for
+// tens of microseconds each), and never blocks inside the driver. Per thread: each thread that
+// issues ops has its own marks.
+namespace detail {
+std::atomic<int> g_launch_window_ops{0};
+
+namespace {
+struct Marks {
+  std::vector<Event> events;  // a ring, one per kLaunchWindowStride ops
+  std::vector<bool> recorded;
+  size_t next = 0;
+  long ops = 0;
+};
+thread_local Marks t_marks;
+}  // namespace
+
+void launch_window_after_op() {
+  const int limit = g_launch_window_ops.load(std::memory_order_relaxed);
+  Marks& marks = t_marks;
+  if (++marks.ops % kLaunchWindowStride != 0) return;
+  const size_t slots = static_cast<size_t>(limit / kLaunchWindowStride);
+  if (marks.events.size() != slots) {  // first use on this thread, or a new limit
+    marks.events.clear();
+    for (size_t i = 0; i < slots; ++i) marks.events.push_back(Event::create());
+    marks.recorded.assign(slots, false);
+    marks.next = 0;
+  }
+  Event& oldest = marks.events[marks.next];
+  if (marks.recorded[marks.next]) {
+    while (!oldest.query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  oldest.record(current_stream());
+  marks.recorded[marks.next] = true;
+  marks.next = (marks.next + 1) % slots;
+}
+}  // namespace detail
+
+void set_launch_window(int ops) {
+  VITDDP_CHECK(ops >= 0, "the launch window must be >= 0 ops, got ", ops);
+  const int rounded = (ops + kLaunchWindowStride - 1) / kLaunchWindowStride * kLaunchWindowStride;
+  detail::g_launch_window_ops.store(rounded);
+}
+
+int launch_window() { return detail::g_launch_window_ops.load(); }
+
+}  // namespace vitddp::cuda
