@@ -48,9 +48,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
        "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
       {"launch-window", &c.launch_window,
-       "GPU: ops the host may queue ahead of the GPU before it waits (0: no limit; -1: auto, 64 under NCCL's "
-       "copy-engine transports, where a host blocked in a full launch queue can deadlock with NCCL's proxy "
-       "thread, else no limit)"},
+       "GPU: ops the host may queue ahead of the GPU before it waits, polling, outside the CUDA driver (0: no "
+       "limit, the driver's queue holds the host back)"},
       {"gemm-autotune", &c.gemm_autotune,
        "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
        "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "
@@ -232,8 +231,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
-  VITDDP_CHECK(launch_window >= -1 && launch_window <= 1000000, "--launch-window must be -1 (auto), 0 (no limit) or a "
-               "number of ops up to 1000000, got ", launch_window);
+  VITDDP_CHECK(launch_window >= 0 && launch_window <= 1000000, "--launch-window must be 0 (no limit) or a number of "
+               "ops up to 1000000, got ", launch_window);
   VITDDP_CHECK(gemm_candidates >= 1 && gemm_candidates <= 256, "--gemm-candidates must be in [1, 256], got ",
                gemm_candidates);
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
@@ -290,12 +289,6 @@ bool parse_train_config(int argc, char** argv, TrainConfig* config) {
   }
   config->validate();
   return true;
-}
-
-int64_t resolve_launch_window(int64_t flag, const char* shm_memcpy, const char* p2p_memcpy) {
-  if (flag >= 0) return flag;
-  auto is_one = [](const char* value) { return value && std::string(value) == "1"; };
-  return is_one(shm_memcpy) || is_one(p2p_memcpy) ? kCopyEngineLaunchWindow : 0;
 }
 
 }  // namespace vitddp

@@ -53,7 +53,7 @@ struct TrainConfig {
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
   bool concurrent_wgrad = true;    // GPU: a linear layer's weight gradient on a second stream beside dX
   int64_t sm_carveout = 0;         // GPU: SMs the matrix products leave to NCCL (its block limit)
-  int64_t launch_window = -1;      // GPU: ops the host may queue ahead of the GPU (0: unbounded; -1: auto)
+  int64_t launch_window = 0;       // GPU: ops the host may queue ahead of the GPU (0: no limit)
   bool gemm_autotune = true;       // GPU: time cuBLASLt's candidate algorithms per product shape, keep the fastest
   int64_t gemm_candidates = 8;    // GPU: cuBLASLt heuristic candidates --gemm-autotune times per shape
   std::string gemm_cache_dir;      // where those choices are kept ("": $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)
@@ -78,13 +78,6 @@ struct TrainConfig {
   // Throws vitddp::Error naming the first bad setting.
   void validate() const;
 };
-
-// Ops queued ahead of the GPU under --launch-window: the flag when set (>= 0); otherwise
-// kCopyEngineLaunchWindow when NCCL's copy-engine transports are requested
-// (NCCL_SHM_USE_CUDA_MEMCPY=1 or NCCL_P2P_USE_CUDA_MEMCPY=1 in `shm_memcpy` / `p2p_memcpy`, which
-// may be null), else 0 (Note [Launch window], framework/cuda/launch_window.cpp).
-constexpr int64_t kCopyEngineLaunchWindow = 64;
-int64_t resolve_launch_window(int64_t flag, const char* shm_memcpy, const char* p2p_memcpy);
 
 // Parses argv (flags override --config FILE, which overrides defaults). Returns false when the
 // program should exit 0 at once (--help); throws vitddp::Error on bad input.

@@ -212,8 +212,7 @@ void configure_device(const Device& device, const TrainConfig& config) {
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
   cuda::set_gemm_candidates(static_cast<int>(config.gemm_candidates));
   cuda::set_concurrent_weight_grads(config.concurrent_wgrad);
-  cuda::set_launch_window(static_cast<int>(resolve_launch_window(
-      config.launch_window, std::getenv("NCCL_SHM_USE_CUDA_MEMCPY"), std::getenv("NCCL_P2P_USE_CUDA_MEMCPY"))));
+  cuda::set_launch_window(static_cast<int>(config.launch_window));
   cuda::set_gemm_autotune(config.gemm_autotune, config.gemm_autotune ? gemm_cache_dir(config) : "");
 #endif
 }

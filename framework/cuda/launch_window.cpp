@@ -11,22 +11,18 @@ namespace vitddp::cuda {
 
 // Note [Launch window]
 // A thread that queues GPU work faster than the GPU runs it ends up inside cuLaunchKernel, which
-// waits for room in the stream's hardware queue while holding the CUDA driver's lock. Usually
-// that is harmless back-pressure. Under NCCL's copy-engine transports (NCCL_SHM_USE_CUDA_MEMCPY=1)
-// it is a deadlock: a running NCCL kernel waits for copies that NCCL's proxy thread must issue
-// with CUDA calls, and those wait for the driver's lock; if the queue the launch waits on is
-// itself behind that NCCL kernel (a hardware queue shared with the comm stream, or the end of
-// backward's wait for the buckets), nothing moves again. The stacks of such a stalled 2-GPU run
-// (docs/performance.md, "Copy engines for the shared-memory transport") show exactly that: the
-// main thread inside cuLaunchKernel, NCCL's proxy in cuEventQuery and our watchdog in
-// cuEventRecord, both waiting for the lock. Loading every kernel at start did not help.
+// waits for room in the hardware queue while holding the CUDA driver's lock; other threads' CUDA
+// calls (NCCL's proxy thread, our watchdog) wait for that lock meanwhile. The window keeps the
+// host outside the driver instead: every kLaunchWindowStride ops an event is recorded on the
+// current stream, and before the next one the thread waits, polling cudaEventQuery (which lets
+// go of the lock between polls), until the event of `limit` ops ago has fired. Per thread: each
+// thread that issues ops has its own marks.
 //
-// The window keeps the queue short instead: every kLaunchWindowStride ops an event is recorded
-// on the current stream, and before the next one the thread waits, polling cudaEventQuery (which
-// lets go of the lock between polls), until the event of `limit` ops ago has fired. The host
-// stays that many ops ahead, enough to keep the GPU busy in a GPU-bound step (fp32 ops run for
-// tens of microseconds each), and never blocks inside the driver. Per thread: each thread that
-// issues ops has its own marks.
+// It was built for NCCL's copy-engine shared-memory transport (NCCL_SHM_USE_CUDA_MEMCPY=1), whose
+// stalled training runs showed the main thread inside cuLaunchKernel and NCCL's proxy waiting for
+// the lock. It did not cure them: with a window of 64 or 16 ops the first large bucket's
+// all-reduce still never completes (docs/performance.md, "Copy engines for the shared-memory
+// transport"), so it stays off by default, a measured dead end kept as a flag.
 namespace detail {
 std::atomic<int> g_launch_window_ops{0};
 

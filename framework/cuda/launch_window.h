@@ -1,5 +1,5 @@
-// LaunchWindow: how far the host may run ahead of the GPU, in ops. See Note [Launch window] in
-// the .cpp. Off (0) by default; train turns it on under NCCL's copy-engine transports.
+// LaunchWindow: how far the host may run ahead of the GPU, in ops (train --launch-window). See
+// Note [Launch window] in the .cpp. Off (0) by default.
 #pragma once
 
 #include <atomic>

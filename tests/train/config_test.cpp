@@ -57,20 +57,8 @@ TEST(TrainConfig, ValidationNamesTheSetting) {
   c.precision = "fp8";
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"unknown precision 'fp8'"}));
   c = TrainConfig();
-  c.launch_window = -2;
-  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--launch-window must be -1 (auto)", "got -2"}));
-}
-
-// --launch-window: the flag when given; by default a window only under NCCL's copy-engine
-// transports (Note [Launch window]).
-TEST(TrainConfig, LaunchWindowIsAutomaticUnderCopyEnginesOnly) {
-  EXPECT_EQ(TrainConfig().launch_window, -1);
-  EXPECT_EQ(resolve_launch_window(-1, nullptr, nullptr), 0);
-  EXPECT_EQ(resolve_launch_window(-1, "0", nullptr), 0);
-  EXPECT_EQ(resolve_launch_window(-1, "1", nullptr), kCopyEngineLaunchWindow);
-  EXPECT_EQ(resolve_launch_window(-1, nullptr, "1"), kCopyEngineLaunchWindow);
-  EXPECT_EQ(resolve_launch_window(0, "1", "1"), 0);  // the user's choice wins
-  EXPECT_EQ(resolve_launch_window(200, nullptr, nullptr), 200);
+  c.launch_window = -1;
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--launch-window must be 0 (no limit)", "got -1"}));
 }
 
 }  // namespace
