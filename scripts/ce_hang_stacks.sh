@@ -30,7 +30,13 @@ for pid in $workers; do
   for task in /proc/"$pid"/task/*; do
     echo "thread $(basename "$task") $(cat "$task/comm") state=$(awk '{print $3}' "$task/stat" 2>/dev/null) wchan=$(cat "$task/wchan" 2>/dev/null) syscall=$(cut -d' ' -f1 "$task/syscall" 2>/dev/null)"
   done > "$out/${tag}_hang_threads_$pid.txt"
+  # One worker at a time: each dump goes out in one write, but both into this one log.
+  dumps=$(grep -c '^end of stacks' "$log")
   kill -USR2 "$pid"
+  for _ in $(seq 100); do
+    [ "$(grep -c '^end of stacks' "$log")" -gt "$dumps" ] && break
+    sleep 0.1
+  done
 done
 # CE_PROXY_DUMP=1: NCCL's own view of its proxy too (NCCL_PROXY_DUMP_SIGNAL=10): which copies
 # are posted, transmitted and done, after our stacks are out.

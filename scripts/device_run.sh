@@ -79,7 +79,8 @@ fi
 # CE_HANG_STACKS=1: every thread's stack of a training run stalled under it. CE_HANG_VARIANTS="TAG:ENV=V,ENV=V ..."
 # runs it once per variant with those variables (e.g. "ce: ce_ctx:NCCL_CREATE_THREAD_CONTEXT=1").
 if [ "${CE_HANG_STACKS:-0}" = 1 ]; then
-  for spec in ${CE_HANG_VARIANTS:-ce:}; do
+  read -ra variants <<< "${CE_HANG_VARIANTS:-ce:}"
+  for spec in "${variants[@]}"; do
     IFS=: read -r tag vars <<< "$spec"
     (IFS=,; for kv in $vars; do export "$kv"; done; OUT="$OUT" CE_HANG_TAG="$tag" bash scripts/ce_hang_stacks.sh build-gpu 20)
   done

@@ -40,7 +40,8 @@ def demangle(symbols):
 
 
 def main():
-    lines = (open(sys.argv[1]) if len(sys.argv) > 1 else sys.stdin).read().splitlines()
+    source = open(sys.argv[1], errors="replace") if len(sys.argv) > 1 else sys.stdin
+    lines = source.read().splitlines()
     wanted = {}
     mangled = set()
     for line in lines:

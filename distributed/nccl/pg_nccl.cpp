@@ -503,6 +503,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   barrier_buffer_ = Tensor::zeros({1}, DType::kF32, Device::cuda(device_));
   // Nothing legitimate holds the watchdog longer than a caller's bounded wait for NCCL (the
   // timeout) plus an abort's grace period; the second grace period is margin.
+  prepare_thread_stacks();  // so that a stall's dump does not load the unwinder in the middle of it
   const auto heartbeat_limit = timeout_ + std::chrono::seconds(2 * kAbortGraceSeconds);
   const int rank = options.rank;
   heartbeat_ = std::make_unique<HeartbeatMonitor>(heartbeat_limit, [rank](const std::string& report) {
@@ -518,13 +519,13 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
 }
 
 ProcessGroupNccl::~ProcessGroupNccl() {
-  heartbeat_.reset();  // the watchdog stops beating now, and the teardown below may take the timeout
   {
     std::lock_guard<std::mutex> lock(watchdog_mutex_);
     watchdog_stop_ = true;
   }
   watchdog_wake_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
+  if (watchdog_.joinable()) watchdog_.join();  // the monitor stays armed while a stuck watchdog is joined
+  heartbeat_.reset();  // nothing beats from here on, and the teardown below may take the timeout
 
   std::lock_guard<std::mutex> lock(shared_->mutex);
   try {
@@ -564,7 +565,11 @@ void ProcessGroupNccl::watchdog_loop() {
         std::lock_guard<std::mutex> lock(shared_->mutex);
         shared_->check(timeout_);
         post = shared_->wait_to_post();
-        seen = shared_->describe_oldest();
+        try {
+          seen = shared_->describe_oldest();
+        } catch (const Error& e) {  // an event query failed: record it and abort, as check() does
+          shared_->fail(Error(detail::concat("NCCL watchdog on rank ", rank(), ": ", e.what()), ErrorKind::kInternal));
+        }
       }
       heartbeat_->beat(std::move(seen));
       if (post) shared_->board->post_waiting(post->first, "NCCL " + post->second);

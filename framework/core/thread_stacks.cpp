@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,8 +29,10 @@ namespace {
 constexpr int kMaxFrames = 64;
 constexpr auto kAnswerWait = std::chrono::seconds(1);
 
-// The dump in progress: where the handlers write, and which thread answered last.
+// The dump in progress: where the handlers write, the one thread asked to write now (a late
+// answer from an earlier one writes nothing), and which thread answered last.
 std::atomic<int> g_fd{2};
+std::atomic<long> g_target{0};
 std::atomic<long> g_answered{0};
 std::mutex g_dump_mutex;
 
@@ -60,23 +63,48 @@ void write_number(int fd, long value) {
 
 long this_thread_id() { return static_cast<long>(syscall(SYS_gettid)); }
 
+// Appends text to a fixed buffer (no allocation): a header line goes out in one write.
+struct Line {
+  char text[160];
+  size_t size = 0;
+  void add(const char* part) {
+    for (; *part && size < sizeof(text) - 1; ++part) text[size++] = *part;
+  }
+  void add(long value) {
+    char digits[24];
+    size_t at = sizeof(digits);
+    unsigned long rest = value < 0 ? 0UL - static_cast<unsigned long>(value) : static_cast<unsigned long>(value);
+    do {
+      digits[--at] = static_cast<char>('0' + rest % 10);
+      rest /= 10;
+    } while (rest != 0);
+    if (value < 0) digits[--at] = '-';
+    for (; at < sizeof(digits) && size < sizeof(text) - 1; ++at) text[size++] = digits[at];
+  }
+};
+
 void write_own_stack(int fd) {
   void* frames[kMaxFrames];
   const int count = backtrace(frames, kMaxFrames);
   char name[17] = {};
   prctl(PR_GET_NAME, name, 0, 0, 0);
-  write_text(fd, "thread ");
-  write_number(fd, this_thread_id());
-  write_text(fd, " (");
-  write_text(fd, name);
-  write_text(fd, ")\n");
+  Line header;
+  header.add("thread ");
+  header.add(this_thread_id());
+  header.add(" (");
+  header.add(name);
+  header.add(")\n");
+  write_all(fd, header.text, header.size);
   backtrace_symbols_fd(frames, count, fd);
 }
 
 void on_stack_signal(int) {
   const int saved_errno = errno;
-  write_own_stack(g_fd.load());
-  g_answered.store(this_thread_id());
+  const long self = this_thread_id();
+  if (g_target.load() == self) {
+    write_own_stack(g_fd.load());
+    g_answered.store(self);
+  }
   errno = saved_errno;
 }
 
@@ -114,36 +142,62 @@ sem_t g_request;
 
 void on_dump_request(int) { sem_post(&g_request); }  // async-signal-safe
 
+// Copies what was written to `from` (from its start) to `to`, in as few writes as it takes:
+// one, usually, so that two processes dumping into one log at once do not interleave.
+void copy_out(int from, int to) {
+  std::string text;
+  char chunk[1 << 16];
+  if (lseek(from, 0, SEEK_SET) != 0) return;
+  for (ssize_t got; (got = ::read(from, chunk, sizeof(chunk))) != 0;) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) break;
+    text.append(chunk, static_cast<size_t>(got));
+  }
+  write_all(to, text.data(), text.size());
+}
+
 }  // namespace
+
+void prepare_thread_stacks() { install_stack_handler(); }
 
 void write_thread_stacks(int fd) {
   std::lock_guard<std::mutex> lock(g_dump_mutex);
   install_stack_handler();
-  g_fd.store(fd);
+  // The handlers write into an anonymous file first; the whole dump then goes out at once.
+  const int staging = static_cast<int>(syscall(SYS_memfd_create, "vitddp-stacks", 0));
+  const int out = staging >= 0 ? staging : fd;
+  g_fd.store(out);
   const long self = this_thread_id();
   const std::vector<long> ids = thread_ids();
-  write_text(fd, "stacks of process ");
-  write_number(fd, static_cast<long>(getpid()));
-  write_text(fd, ", ");
-  write_number(fd, static_cast<long>(ids.size()));
-  write_text(fd, " threads\n");
+  write_text(out, "stacks of process ");
+  write_number(out, static_cast<long>(getpid()));
+  write_text(out, ", ");
+  write_number(out, static_cast<long>(ids.size()));
+  write_text(out, " threads\n");
   for (long id : ids) {
     if (id == self) {
-      write_own_stack(fd);
+      write_own_stack(out);
       continue;
     }
     g_answered.store(0);
+    g_target.store(id);
     if (syscall(SYS_tgkill, static_cast<long>(getpid()), id, stack_signal()) != 0) continue;  // it has ended
     const auto deadline = std::chrono::steady_clock::now() + kAnswerWait;
     while (g_answered.load() != id && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (g_answered.load() != id) {
-      write_text(fd, "thread ");
-      write_number(fd, id);
-      write_text(fd, ": no answer within 1 s (signals blocked, or stuck in the kernel)\n");
+      g_target.store(0);  // a late answer writes nothing
+      write_text(out, "thread ");
+      write_number(out, id);
+      write_text(out, ": no answer within 1 s (signals blocked, or stuck in the kernel)\n");
     }
   }
-  write_text(fd, "end of stacks\n");
+  g_target.store(0);
+  write_text(out, "end of stacks\n");
+  if (staging >= 0) {
+    copy_out(staging, fd);
+    close(staging);
+  }
 }
 
 void dump_thread_stacks_on_sigusr2() {
@@ -173,6 +227,7 @@ void write_thread_stacks(int fd) {
 }
 
 void dump_thread_stacks_on_sigusr2() {}
+void prepare_thread_stacks() {}
 
 #endif
 

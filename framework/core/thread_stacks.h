@@ -13,11 +13,20 @@
 namespace vitddp {
 
 // Writes a header line per thread ("thread TID (NAME)"), then its frames, to the file
-// descriptor. Safe to call from any ordinary thread, while others are stuck; one dump at a time.
+// descriptor, the whole dump in one write where it can (collected in an anonymous file first),
+// so that two processes dumping into one log do not interleave. Safe to call from any ordinary
+// thread while others are stuck; one dump at a time. Interrupted system calls of the signalled
+// threads return EINTR (the handler uses SA_RESTART, but poll and sleeps return early anyway).
 void write_thread_stacks(int fd);
 
+// Installs the signal handler and loads the unwinder now, so that a later dump (in a stall)
+// does neither. Idempotent; write_thread_stacks does it too.
+void prepare_thread_stacks();
+
 // From now on SIGUSR2 sent to this process writes write_thread_stacks(2) (standard error), from
-// a helper thread, and the process carries on. Idempotent.
+// a helper thread, and the process carries on. Idempotent. A diagnosis tool, not free: besides
+// the early returns above, a thread caught inside the unwinder itself (an exception being
+// thrown) could wait forever on the unwinder's lock.
 void dump_thread_stacks_on_sigusr2();
 
 }  // namespace vitddp

@@ -1,6 +1,9 @@
 #include "framework/cuda/launch_window.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -34,13 +37,12 @@ struct Marks {
   long ops = 0;
 };
 thread_local Marks t_marks;
-}  // namespace
 
-void launch_window_after_op() {
-  const int limit = g_launch_window_ops.load(std::memory_order_relaxed);
+// Records a mark every kLaunchWindowStride ops, first waiting for the one `limit` ops back.
+void wait_for_window(int limit) {
   Marks& marks = t_marks;
   if (++marks.ops % kLaunchWindowStride != 0) return;
-  const size_t slots = static_cast<size_t>(limit / kLaunchWindowStride);
+  const size_t slots = static_cast<size_t>(std::max(1, limit / kLaunchWindowStride));
   if (marks.events.size() != slots) {  // first use on this thread, or a new limit
     marks.events.clear();
     for (size_t i = 0; i < slots; ++i) marks.events.push_back(Event::create());
@@ -55,6 +57,21 @@ void launch_window_after_op() {
   marks.recorded[marks.next] = true;
   marks.next = (marks.next + 1) % slots;
 }
+}  // namespace
+
+void launch_window_after_op() noexcept {
+  const int limit = g_launch_window_ops.load(std::memory_order_relaxed);
+  if (limit <= 0) return;  // turned off since the caller looked
+  try {
+    wait_for_window(limit);
+  } catch (const std::exception& e) {
+    // Called from OpScope's destructor: never throw. A broken window turns itself off; the
+    // CUDA error that broke it surfaces at the next checked call.
+    g_launch_window_ops.store(0);
+    std::fprintf(stderr, "vitddp: warning: launch window turned off: %s\n", e.what());
+  }
+}
+
 }  // namespace detail
 
 void set_launch_window(int ops) {

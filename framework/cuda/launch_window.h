@@ -15,7 +15,7 @@ constexpr int kLaunchWindowStride = 8;  // ops between two progress marks
 
 namespace detail {
 extern std::atomic<int> g_launch_window_ops;
-void launch_window_after_op();
+void launch_window_after_op() noexcept;
 }  // namespace detail
 
 // Called at the end of every op (OpScope). Off: one relaxed load.

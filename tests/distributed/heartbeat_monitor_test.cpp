@@ -38,11 +38,12 @@ struct Reports {
 
 TEST(HeartbeatMonitor, StaysSilentWhileBeatsCome) {
   Reports reports;
-  HeartbeatMonitor monitor(milliseconds(150), reports.callback(), milliseconds(5));
-  const auto end = std::chrono::steady_clock::now() + milliseconds(600);
+  // A limit far above the beats' spacing, so that a loaded 2-core machine cannot fake a stall.
+  HeartbeatMonitor monitor(milliseconds(1000), reports.callback(), milliseconds(10));
+  const auto end = std::chrono::steady_clock::now() + milliseconds(1500);
   while (std::chrono::steady_clock::now() < end) {
     monitor.beat("busy");
-    std::this_thread::sleep_for(milliseconds(10));
+    std::this_thread::sleep_for(milliseconds(50));
   }
   EXPECT_EQ(reports.seen(), 0);
 }
@@ -51,8 +52,8 @@ TEST(HeartbeatMonitor, ReportsOnceWithTheLastNoteWhenBeatsStop) {
   Reports reports;
   HeartbeatMonitor monitor(milliseconds(100), reports.callback(), milliseconds(5));
   monitor.beat("first");
+  const auto last_beat = std::chrono::steady_clock::now();  // before the beat: the report comes >= 100 ms after it
   monitor.beat("NCCL broadcast #1 in flight for 12 ms");
-  const auto last_beat = std::chrono::steady_clock::now();
   const auto deadline = last_beat + milliseconds(5000);
   while (reports.seen() == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(5));
@@ -67,7 +68,7 @@ TEST(HeartbeatMonitor, ReportsOnceWithTheLastNoteWhenBeatsStop) {
 
 TEST(HeartbeatMonitor, ReportsWhenNoBeatEverCame) {
   Reports reports;
-  HeartbeatMonitor monitor(milliseconds(50), reports.callback(), milliseconds(5));
+  HeartbeatMonitor monitor(milliseconds(200), reports.callback(), milliseconds(5));
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
   while (reports.seen() == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(milliseconds(5));
@@ -78,10 +79,10 @@ TEST(HeartbeatMonitor, ReportsWhenNoBeatEverCame) {
 
 TEST(HeartbeatMonitor, StopEndsTheWatch) {
   Reports reports;
-  HeartbeatMonitor monitor(milliseconds(50), reports.callback(), milliseconds(5));
+  HeartbeatMonitor monitor(milliseconds(200), reports.callback(), milliseconds(5));
   monitor.beat("done");
   monitor.stop();
-  std::this_thread::sleep_for(milliseconds(300));
+  std::this_thread::sleep_for(milliseconds(500));
   EXPECT_EQ(reports.seen(), 0);
 }
 
