@@ -103,6 +103,8 @@ for sweep in ${REFERENCE_SWEEPS:-} ${SWEEP:-}; do
   ref=(); [[ " ${REFERENCE_SWEEPS:-} " == *" $sweep "* ]] && ref=(--reference .deps/anchors/torch_ddp_vit.py)
   # SWEEP_TRACE=0: rows untraced (as users run them; no exposed-comm column).
   [ "${SWEEP_TRACE:-1}" = 0 ] && ref+=(--trace=false)
+  # SWEEP_RUN_TIMEOUT=S: each row (and its PyTorch run) stopped after S seconds.
+  [ -n "${SWEEP_RUN_TIMEOUT:-}" ] && ref+=(--run-timeout "$SWEEP_RUN_TIMEOUT")
   VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" "${ref[@]}" \
     > "$OUT/$name.log" 2>&1; echo "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done

@@ -49,20 +49,6 @@ void write_all(int fd, const char* text, size_t size) {
 
 void write_text(int fd, const char* text) { write_all(fd, text, std::strlen(text)); }
 
-void write_number(int fd, long value) {
-  char digits[24];
-  size_t at = sizeof(digits);
-  unsigned long rest = value < 0 ? 0UL - static_cast<unsigned long>(value) : static_cast<unsigned long>(value);
-  do {
-    digits[--at] = static_cast<char>('0' + rest % 10);
-    rest /= 10;
-  } while (rest != 0);
-  if (value < 0) digits[--at] = '-';
-  write_all(fd, digits + at, sizeof(digits) - at);
-}
-
-long this_thread_id() { return static_cast<long>(syscall(SYS_gettid)); }
-
 // Appends text to a fixed buffer (no allocation): a header line goes out in one write.
 struct Line {
   char text[160];
@@ -82,6 +68,15 @@ struct Line {
     for (; at < sizeof(digits) && size < sizeof(text) - 1; ++at) text[size++] = digits[at];
   }
 };
+
+void write_number(int fd, long value) {
+  Line line;
+  line.add(value);
+  write_all(fd, line.text, line.size);
+}
+
+long this_thread_id() { return static_cast<long>(syscall(SYS_gettid)); }
+
 
 void write_own_stack(int fd) {
   void* frames[kMaxFrames];
