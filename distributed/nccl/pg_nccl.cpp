@@ -303,9 +303,10 @@ struct ProcessGroupNccl::Shared {
   }
 
   // Throws the recorded failure, or detects a new one (async NCCL error, late collective).
-  void check(std::chrono::milliseconds timeout) {
+  // Returns the oldest unfinished collective (oldest_unfinished()), or null.
+  const InFlight* check(std::chrono::milliseconds timeout) {
     if (failure) throw *failure;
-    if (!comm.get()) return;
+    if (!comm.get()) return nullptr;
     ncclResult_t state = ncclSuccess;
     ncclResult_t result = ncclCommGetAsyncError(comm.get(), &state);
     if (result != ncclSuccess) state = result;
@@ -320,6 +321,24 @@ struct ProcessGroupNccl::Shared {
     if (pending && state == ncclSuccess) move_pending_to_in_flight();
     const auto now = Clock::now();
     if (pending && now - pending->start > timeout) fail_enqueue_timeout(pending->seq, pending->what, timeout);
+    const InFlight* entry = oldest_unfinished();
+    if (entry && now - entry->start > timeout) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - entry->start);
+      const std::string late = board ? board->describe_late(entry->seq) : "";
+      fail(Error(detail::concat("NCCL ", entry->what, " #", entry->seq, " on rank ", rank, " of ", size,
+                                " did not complete within the ", timeout.count(), " ms timeout (", waited.count(),
+                                " ms so far): ",
+                                late.empty() ? std::string("a peer is stuck, exited, or issued a different collective")
+                                             : late,
+                                "; the communicator was aborted"),
+                 ErrorKind::kTimeout));
+    }
+    return entry;
+  }
+
+  // The first in-flight collective whose completion event has not fired, or null. Only it is
+  // ever late: later entries run after it on the comm stream. A failed event query aborts.
+  const InFlight* oldest_unfinished() {
     for (const InFlight& entry : in_flight) {
       bool finished = false;
       try {
@@ -328,48 +347,31 @@ struct ProcessGroupNccl::Shared {
         fail(Error(detail::concat("NCCL ", entry.what, " #", entry.seq, " on rank ", rank, ": ", e.what()),
                    ErrorKind::kInternal));
       }
-      if (finished) continue;
-      if (now - entry.start > timeout) {
-        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.start);
-        const std::string late = board ? board->describe_late(entry.seq) : "";
-        fail(Error(detail::concat("NCCL ", entry.what, " #", entry.seq, " on rank ", rank, " of ", size,
-                                  " did not complete within the ", timeout.count(), " ms timeout (", waited.count(),
-                                  " ms so far): ",
-                                  late.empty() ? std::string("a peer is stuck, exited, or issued a different collective")
-                                               : late,
-                                  "; the communicator was aborted"),
-                   ErrorKind::kTimeout));
-      }
-      break;  // later entries run after this one on the comm stream
+      if (!finished) return &entry;
     }
+    return nullptr;
   }
 
   // The oldest unfinished collective if it has waited for kWaitReportAfter and was not posted
   // yet (then marked as posted); nullopt otherwise.
-  std::optional<std::pair<uint64_t, std::string>> wait_to_post() {
-    if (!board || failure) return std::nullopt;
-    for (const InFlight& entry : in_flight) {
-      if (entry.done->query()) continue;
-      if (static_cast<int64_t>(entry.seq) == posted_seq || Clock::now() - entry.start < kWaitReportAfter)
-        return std::nullopt;
-      posted_seq = static_cast<int64_t>(entry.seq);
-      return std::make_pair(entry.seq, entry.what);
-    }
-    return std::nullopt;
+  std::optional<std::pair<uint64_t, std::string>> wait_to_post(const InFlight* oldest) {
+    if (!board || failure || !oldest) return std::nullopt;
+    if (static_cast<int64_t>(oldest->seq) == posted_seq || Clock::now() - oldest->start < kWaitReportAfter)
+      return std::nullopt;
+    posted_seq = static_cast<int64_t>(oldest->seq);
+    return std::make_pair(oldest->seq, oldest->what);
   }
 
-  // What the watchdog saw, for the heartbeat: the oldest unfinished collective and its age.
-  std::string describe_oldest() const {
+  // What the watchdog saw, for the heartbeat: the pending collective, or the oldest unfinished
+  // one, and its age.
+  std::string describe_oldest(const InFlight* oldest) const {
     const auto now = Clock::now();
     auto age = [&](Clock::time_point start) {
       return std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
     };
     if (pending) return detail::concat("NCCL ", pending->what, " #", pending->seq, " not yet taken by NCCL after ",
                                        age(pending->start), " ms");
-    for (const InFlight& entry : in_flight) {
-      if (entry.done->query()) continue;
-      return detail::concat("NCCL ", entry.what, " #", entry.seq, " in flight for ", age(entry.start), " ms");
-    }
+    if (oldest) return detail::concat("NCCL ", oldest->what, " #", oldest->seq, " in flight for ", age(oldest->start), " ms");
     return "no collective in flight";
   }
 
@@ -563,13 +565,9 @@ void ProcessGroupNccl::watchdog_loop() {
       std::string seen;
       {
         std::lock_guard<std::mutex> lock(shared_->mutex);
-        shared_->check(timeout_);
-        post = shared_->wait_to_post();
-        try {
-          seen = shared_->describe_oldest();
-        } catch (const Error& e) {  // an event query failed: record it and abort, as check() does
-          shared_->fail(Error(detail::concat("NCCL watchdog on rank ", rank(), ": ", e.what()), ErrorKind::kInternal));
-        }
+        const ProcessGroupNccl::Shared::InFlight* oldest = shared_->check(timeout_);
+        post = shared_->wait_to_post(oldest);
+        seen = shared_->describe_oldest(oldest);
       }
       heartbeat_->beat(std::move(seen));
       if (post) shared_->board->post_waiting(post->first, "NCCL " + post->second);
