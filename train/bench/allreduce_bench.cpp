@@ -173,7 +173,7 @@ Tensor make_check_pattern(int64_t elements, DType dtype, int rank) {
   return t;
 }
 
-CheckResult check_allreduce_result(const Tensor& result, int world) {
+CheckResult check_allreduce_result(const Tensor& result, int world, bool average) {
   const DType dtype = result.dtype();
   check_dtype(dtype);
   VITDDP_CHECK(result.device().is_cpu() && result.is_contiguous(), "check_allreduce_result: needs a contiguous CPU tensor, got ",
@@ -183,6 +183,10 @@ CheckResult check_allreduce_result(const Tensor& result, int world) {
   for (int64_t j = 0; j < period; ++j) {
     expected[j] = expected_sum(world, j, dtype);
     tolerance[j] = sum_tolerance(world, expected[j], dtype);
+    if (average) {  // one more rounding per rank for the 1/n (NCCL scales before or after the sum)
+      tolerance[j] = (tolerance[j] + (world + 1) * std::ldexp(expected[j], -significand_bits(dtype))) / world;
+      expected[j] /= world;
+    }
   }
   CheckResult check;
   const int64_t n = result.numel();
@@ -251,12 +255,12 @@ std::string fixed(double v, int decimals) {
 }  // namespace
 
 std::string markdown_preamble(const AllreduceRun& run) {
-  std::string out = detail::concat("all-reduce (sum, in place) over ", run.world, run.world == 1 ? " rank" : " ranks",
+  std::string out = detail::concat("all-reduce (", run.average ? "avg" : "sum", ", in place) over ", run.world, run.world == 1 ? " rank" : " ranks",
                                    ": ", run.backend, " on ", run.device, ", ", dtype_name(run.dtype), "; time = median of ",
                                    run.iters, " iterations after ", run.warmup_iters, " warm-up (",
                                    run.device == "cpu" ? "wall clock" : "CUDA events", "), the slowest rank's\n");
   out += "algbw = bytes / time, busbw = algbw * 2(n-1)/n (GB/s = 1e9 B/s); check: every rank's result against "
-         "the exact sum of the ranks' fills\n\n";
+         "the exact sum of the ranks' fills (divided by the ranks for avg)\n\n";
   out += table_line("size", "bytes", "elements", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check");
   out += "|:" + std::string(31, '-') + "|" + std::string(14, '-') + ":|" + std::string(13, '-') + ":|" +
          std::string(12, '-') + ":|" + std::string(13, '-') + ":|" + std::string(13, '-') + ":|:------|\n";
@@ -282,6 +286,7 @@ nlohmann::json row_json(const AllreduceRun& run, const AllreduceRow& row) {
   j["device"] = run.device;
   j["world_size"] = run.world;
   j["dtype"] = dtype_name(run.dtype);
+  j["op"] = run.average ? "avg" : "sum";
   j["bytes"] = row.bytes;
   j["elements"] = row.elements;
   if (!row.label.empty()) j["label"] = row.label;
@@ -315,6 +320,7 @@ struct BenchFlags {
   std::string min_bytes;
   std::string max_bytes;
   std::string dtype = "f32";
+  std::string op = "sum";
   int iters = 20;
   int warmup_iters = 5;
   int gpus = 0;
@@ -336,6 +342,9 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
       ->multi_option_policy(last);
   app.add_option("--max-bytes", f->max_bytes, "largest size (default 1G)")->multi_option_policy(last);
   app.add_option("--dtype", f->dtype, "f32 or bf16")->capture_default_str()->multi_option_policy(last);
+  app.add_option("--op", f->op, "sum, or avg (as DDP's gradients: NCCL divides by the ranks in the collective)")
+      ->capture_default_str()
+      ->multi_option_policy(last);
   app.add_option("--iters", f->iters, "timed iterations per size")->capture_default_str()->multi_option_policy(last);
   app.add_option("--warmup-iters", f->warmup_iters, "untimed iterations before them")
       ->capture_default_str()
@@ -363,12 +372,15 @@ struct BenchPlan {
   std::vector<int64_t> sizes;
   bool default_list = false;
   DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
 };
 
 BenchPlan make_plan(const BenchFlags& f) {
   BenchPlan plan;
   VITDDP_CHECK(f.dtype == "f32" || f.dtype == "bf16", "--dtype must be f32 or bf16, got '", f.dtype, "'");
   plan.dtype = f.dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  VITDDP_CHECK(f.op == "sum" || f.op == "avg", "--op must be sum or avg, got '", f.op, "'");
+  plan.op = f.op == "avg" ? ReduceOp::kAvg : ReduceOp::kSum;
   VITDDP_CHECK(f.iters >= 1, "--iters must be >= 1, got ", f.iters);
   VITDDP_CHECK(f.warmup_iters >= 0, "--warmup-iters must be >= 0, got ", f.warmup_iters);
   VITDDP_CHECK(f.gpus >= 0, "--gpus must be >= 0, got ", f.gpus);
@@ -404,13 +416,14 @@ void check_gpus(int wanted, int local_rank) {
 }
 
 // Times warm-up + timed iterations of one size; returns the timed ones in microseconds.
-std::vector<double> time_allreduce(ProcessGroup& group, const Tensor& pristine, Tensor buffer, int warmup, int iters) {
+std::vector<double> time_allreduce(ProcessGroup& group, ReduceOp op, const Tensor& pristine, Tensor buffer, int warmup,
+                                   int iters) {
   std::vector<double> us;
   if (buffer.device().is_cpu()) {
     for (int it = 0; it < warmup + iters; ++it) {
       buffer.copy_(pristine);
       const auto start = std::chrono::steady_clock::now();
-      group.allreduce(buffer, ReduceOp::kSum)->wait();
+      group.allreduce(buffer, op)->wait();
       const auto end = std::chrono::steady_clock::now();
       if (it >= warmup) us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
     }
@@ -430,7 +443,7 @@ std::vector<double> time_allreduce(ProcessGroup& group, const Tensor& pristine, 
   for (int it = 0; it < warmup + iters; ++it) {
     buffer.copy_(pristine);
     if (it >= warmup) starts[it - warmup].record(stream);
-    work = group.allreduce(buffer, ReduceOp::kSum);
+    work = group.allreduce(buffer, op);
     work->wait();
     if (it >= warmup) ends[it - warmup].record(stream);
   }
@@ -452,8 +465,8 @@ AllreduceRow bench_size(ProcessGroup& group, Device device, int64_t bytes, const
   const int64_t elements = bytes / static_cast<int64_t>(dtype_size(plan.dtype));
   Tensor pristine = make_check_pattern(elements, plan.dtype, group.rank()).to(device);  // (elements,)
   Tensor buffer = Tensor::empty({elements}, plan.dtype, device);                         // (elements,)
-  const std::vector<double> us = time_allreduce(group, pristine, buffer, f.warmup_iters, f.iters);
-  const CheckResult mine = check_allreduce_result(buffer.to(Device::cpu()), group.size());
+  const std::vector<double> us = time_allreduce(group, plan.op, pristine, buffer, f.warmup_iters, f.iters);
+  const CheckResult mine = check_allreduce_result(buffer.to(Device::cpu()), group.size(), plan.op == ReduceOp::kAvg);
 
   // (world, 4): per rank its median, max error, failed flag and worst index.
   Tensor local = Tensor::from_vector({median(us), mine.max_abs_error, mine.ok ? 0.0 : 1.0,
@@ -521,6 +534,7 @@ int run_bench_allreduce(int argc, char** argv) {
   run.device = device.is_cuda() ? "cuda" : "cpu";
   run.world = group->size();
   run.dtype = plan.dtype;
+  run.average = plan.op == ReduceOp::kAvg;
   run.iters = flags.iters;
   run.warmup_iters = flags.warmup_iters;
 

@@ -75,8 +75,9 @@ struct CheckResult {
   double max_abs_error = 0;  // the largest |result - expected|
   int64_t worst_index = -1;  // where it is (-1 when every element is exact)
 };
-// Compares a contiguous CPU result with the sum over `world` ranks of their patterns.
-CheckResult check_allreduce_result(const Tensor& result, int world);
+// Compares a contiguous CPU result with the sum over `world` ranks of their patterns (with
+// `average`, that sum divided by `world`, allowing the division's rounding).
+CheckResult check_allreduce_result(const Tensor& result, int world, bool average = false);
 
 // ---- report ----
 
@@ -100,6 +101,7 @@ struct AllreduceRun {
   DType dtype = DType::kF32;
   int iters = 0;
   int warmup_iters = 0;
+  bool average = false;  // --op avg
 };
 
 // "ok", "ok (max error 0.5)" within bf16 rounding, or "FAIL: max error 3 at element 17".

@@ -156,6 +156,19 @@ TEST(AllreduceBench, CheckCatchesWrongResults) {
   EXPECT_FALSE(check_allreduce_result(shifted, 2).ok);
 }
 
+TEST(AllreduceBench, AverageCheckWantsTheSumOverTheRanks) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int world = 4;
+    Tensor sum = ring_sum(3000, dtype, world);
+    std::vector<double> v = sum.to_vector();
+    for (double& x : v) x /= world;
+    Tensor mean = Tensor::from_vector(v, {3000}, DType::kF64).to(dtype);
+    EXPECT_TRUE(check_allreduce_result(mean, world, /*average=*/true).ok) << dtype_name(dtype);
+    EXPECT_FALSE(check_allreduce_result(sum, world, /*average=*/true).ok) << dtype_name(dtype);  // not divided
+    EXPECT_FALSE(check_allreduce_result(mean, world).ok) << dtype_name(dtype);                  // a sum was wanted
+  }
+}
+
 TEST(AllreduceBench, TableRowsAndJson) {
   AllreduceRun run{"gloo", "cpu", 2, DType::kF32, 20, 5};
   AllreduceRow ok = make_row(kMiB, DType::kF32, 500.0, 2, CheckResult{});
@@ -238,6 +251,22 @@ TEST(AllreduceBenchCli, Bf16JsonLinesAndOutFile) {
   std::filesystem::remove(out);
 }
 
+TEST(AllreduceBenchCli, AverageOverTwoGlooRanksIsChecked) {
+  testing::TrainOutcome o =
+      testing::run_train("", "bench allreduce --procs 2 --op avg --sizes 4K,1M --iters 2 --warmup-iters 1 --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  std::istringstream lines(o.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["op"], "avg");
+    EXPECT_EQ(j["check"], "ok");
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << o.out;
+}
+
 TEST(AllreduceBenchCli, OneProcessWithoutFlagsRunsOnTheCpu) {
   testing::TrainOutcome o = testing::run_train("", "bench allreduce --min-bytes 1K --max-bytes 4K --iters 2");
   ASSERT_EQ(o.code, 0) << o.out;
@@ -249,6 +278,7 @@ TEST(AllreduceBenchCli, BadFlagsAreOneLineAndExitTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--no-such-flag", "--no-such-flag"},
       {"--dtype f16", "--dtype must be f32 or bf16"},
+      {"--op max", "--op must be sum or avg"},
       {"--sizes 1X", "--sizes: '1X' is not a size"},
       {"--sizes 1001", "size 1001 B is not a whole number of f32 elements"},
       {"--dtype bf16 --sizes 3", "size 3 B is not a whole number of bf16 elements"},
