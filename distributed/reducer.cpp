@@ -12,9 +12,9 @@ namespace vitddp {
 // Parameters are assigned to buckets once, in reverse registration order (Note [Bucket order]
 // in bucketing.cpp). Before each backward every parameter is pending. Each gradient-ready hook
 // calls mark_ready(i); when the last pending parameter of a bucket arrives, the bucket is ready,
-// but it is launched only when every bucket with a smaller index has been launched
-// (next_bucket_), so every rank issues the same collectives in the same order, which NCCL
-// requires. A launch hands the bucket to the comm hook, which starts an asynchronous
+// but it is launched only when every bucket before it in the launch order has been launched
+// (next_launch_; index order unless Note [Launch order] says otherwise), so every rank issues
+// the same collectives in the same order, which NCCL requires. A launch hands the bucket to the comm hook, which starts an asynchronous
 // collective (on NCCL, on the communication stream after an event on the compute stream, so it
 // overlaps the rest of backward). finalize() deals with parameters that got no gradient, waits
 // for every bucket (on NCCL: the compute stream waits, the host does not) and copies results
@@ -25,6 +25,8 @@ Reducer::Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGro
       options_(options) {
   VITDDP_CHECK(!params_.empty(), "Reducer: no parameters");
   VITDDP_CHECK(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0, "Reducer: bucket caps must be > 0");
+  VITDDP_CHECK(options.ready_order_share > 0 && options.ready_order_share <= 1,
+               "Reducer: the share of buckets launched in ready order must be in (0, 1], got ", options.ready_order_share);
   for (const ReducerParam& p : params_) {
     VITDDP_CHECK(p.tensor.grad().defined(), "Reducer: parameter ", p.name, " has no gradient buffer");
     bytes_.push_back(p.tensor.nbytes());
@@ -64,7 +66,6 @@ void Reducer::build_buckets(const BucketAssignment& assignment) {
     GradBucket& view = bucket.view;
     view.index = b;
     view.params = bucket.info.params;
-    view.is_last = b + 1 == assignment.buckets.size();
     if (bucket.info.is_view) {
       bucket.info.numel = end - begin;
       view.buffer = flat_grads_.as_strided({end - begin}, {1}, flat_grads_.storage_offset() + begin);
@@ -82,19 +83,47 @@ void Reducer::build_buckets(const BucketAssignment& assignment) {
     buckets_.push_back(bucket.info);
     state_.push_back(std::move(bucket));
   }
+  plan_launch_order();
+}
+
+// Note [Launch order]
+// Buckets are in the order their gradients become ready, the last layers' first. Launched in
+// that order, the first layers' bucket goes last, and the next forward, which needs those
+// layers first, waits for the whole all-reduce. Where the link is slower than backward
+// (P2P off), most bytes are still on the wire when backward ends, so the reducer can send the
+// rest in the order the next forward needs them: buckets launch in index order until
+// ready_order_share of the bytes, enough to keep the link busy while backward runs; the others
+// launch in reverse index order, the first layers' bucket first, as soon as backward has made
+// it (it is the last to become ready). With the optimizer update of each bucket applied at the
+// next forward's first use of its parameters, that forward then runs beside the all-reduce of
+// its later layers. The order is fixed by the buckets, so every rank issues the same sequence.
+void Reducer::plan_launch_order() {
+  double total = 0;
+  for (const Bucket& b : state_) total += static_cast<double>(b.info.bytes);
+  launch_order_.clear();
+  size_t in_index_order = 0;
+  double sent = 0;
+  while (in_index_order < state_.size() && (in_index_order == 0 || sent < options_.ready_order_share * total)) {
+    sent += static_cast<double>(state_[in_index_order].info.bytes);
+    launch_order_.push_back(in_index_order++);
+  }
+  for (size_t b = state_.size(); b-- > in_index_order;) launch_order_.push_back(b);
+  for (Bucket& b : state_) b.view.is_last = false;
+  state_[launch_order_.back()].view.is_last = true;  // hooks count steps by it
+  in_index_order_ = in_index_order;
 }
 
 void Reducer::prepare_for_backward() {
   if (!sync_) return;
   VITDDP_CHECK(!in_backward_, "Reducer: prepare_for_backward() called twice without finalize()");
+  for (const Bucket& b : state_)
+    VITDDP_CHECK(!b.work, "Reducer: bucket ", b.view.index, " of the last step was never waited for ",
+                 "(finalize_deferred() needs wait_bucket() or wait_all() before the next backward)");
   in_backward_ = true;
   std::fill(ready_.begin(), ready_.end(), false);
   ready_order_.clear();
-  for (Bucket& b : state_) {
-    b.pending = b.info.params.size();
-    b.work.reset();
-  }
-  next_bucket_ = 0;
+  for (Bucket& b : state_) b.pending = b.info.params.size();
+  next_launch_ = 0;
 }
 
 void Reducer::mark_ready(size_t param) {
@@ -116,7 +145,8 @@ void Reducer::bucket_complete(Bucket& bucket) {
 }
 
 void Reducer::launch_ready_buckets() {
-  while (next_bucket_ < state_.size() && state_[next_bucket_].pending == 0) launch(state_[next_bucket_++]);
+  while (next_launch_ < launch_order_.size() && state_[launch_order_[next_launch_]].pending == 0)
+    launch(state_[launch_order_[next_launch_++]]);
 }
 
 void Reducer::launch(Bucket& bucket) {
@@ -144,8 +174,8 @@ void Reducer::copy_out(Bucket& bucket) {
   }
 }
 
-void Reducer::finalize() {
-  if (!sync_) return;
+// Unused parameters, then checks that every bucket was launched.
+void Reducer::finish_backward() {
   VITDDP_CHECK(in_backward_, "Reducer: finalize() without prepare_for_backward()");
   in_backward_ = false;
   std::vector<std::string> unused;
@@ -170,14 +200,51 @@ void Reducer::finalize() {
     }
     launch_ready_buckets();
   }
-  VITDDP_ASSERT(next_bucket_ == state_.size(), "finalize: not every bucket was launched");
-  for (Bucket& b : state_) {
-    b.work->wait();
-    if (observer_) observer_->bucket_finished(b.view.index, b.info);
-    if (!b.info.is_view) copy_out(b);
-    b.work.reset();
-  }
+  VITDDP_ASSERT(next_launch_ == launch_order_.size(), "finalize: not every bucket was launched");
+}
+
+void Reducer::wait_bucket(size_t b) {
+  VITDDP_ASSERT(b < state_.size(), "wait_bucket: no bucket ", b);
+  Bucket& bucket = state_[b];
+  if (!bucket.work) return;
+  bucket.work->wait();
+  if (!deferred_ && observer_) observer_->bucket_finished(bucket.view.index, bucket.info);
+  if (!bucket.info.is_view) copy_out(bucket);
+  bucket.work.reset();
+}
+
+void Reducer::wait_all() {
+  for (size_t b : launch_order_) wait_bucket(b);
+}
+
+void Reducer::check_rebuild() {
   if (options_.rebuild_buckets && !order_checked_) rebuild_from_ready_order();
+}
+
+void Reducer::finalize() {
+  if (!sync_) return;
+  finish_backward();
+  deferred_ = false;
+  wait_all();
+  check_rebuild();
+}
+
+void Reducer::finalize_deferred() {
+  if (!sync_) return;
+  finish_backward();
+  // The rebuild replaces the buckets: nothing of the old ones may stay in flight.
+  if (options_.rebuild_buckets && !order_checked_) return finalize_rebuilding();
+  deferred_ = true;
+  // An observer hears now, when the waits are left to the caller (on the GPU it reads the
+  // communication stream's own marks; on the CPU this is when the backward ended).
+  if (observer_)
+    for (const Bucket& b : state_) observer_->bucket_finished(b.view.index, b.info);
+}
+
+void Reducer::finalize_rebuilding() {
+  deferred_ = false;
+  wait_all();
+  check_rebuild();
 }
 
 // Note [Bucket rebuild]
@@ -223,8 +290,11 @@ double Reducer::stall_fraction() const {
   }
   double total = 0, worst = 0;
   for (size_t b : bytes_) total += static_cast<double>(b);
-  size_t launch = 0;  // launches happen in index order: at the latest completion so far
-  for (const Bucket& bucket : state_) {
+  size_t launch = 0;  // launches happen in order: at the latest completion so far
+  // Only the buckets launched in index order: the others wait for the end of backward by design
+  // (Note [Launch order]).
+  for (size_t k = 0; k < in_index_order_; ++k) {
+    const Bucket& bucket = state_[launch_order_[k]];
     size_t complete = 0;
     for (size_t i : bucket.info.params) complete = std::max(complete, position[i]);
     launch = std::max(launch, complete);

@@ -5,6 +5,9 @@
 //   prepare_for_backward()  before each backward: every parameter pending
 //   mark_ready(i)            from parameter i's gradient-ready hook
 //   finalize()               after backward: unused parameters, wait for every bucket
+// or, to use each bucket as soon as it is done (train/forward_overlapped_update.h):
+//   finalize_deferred()      after backward: unused parameters; no waits
+//   wait_bucket(b)           each bucket, before its gradients are read (or wait_all())
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,9 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   bool grad_as_bucket_view = true;  // buckets are slices of the gradient buffer: no copies
   bool rebuild_buckets = true;      // once, from the order gradients arrived in (Note [Bucket rebuild])
+  // Share of the gradient bytes whose buckets launch in index order; the rest launch in reverse
+  // index order once backward has produced them all (Note [Launch order]). 1: all in index order.
+  double ready_order_share = 1.0;
 };
 
 struct BucketInfo {
@@ -63,6 +69,18 @@ class Reducer {
   void prepare_for_backward();
   void mark_ready(size_t param);
   void finalize();
+  // finalize() without the waits: every bucket stays in flight until wait_bucket() or
+  // wait_all(), which must come before the next prepare_for_backward(). In the first
+  // synchronised step, when the buckets may be rebuilt, it waits for all of them first.
+  void finalize_deferred();
+  // Waits for bucket b's communication (on NCCL: the current stream waits, not the host) and
+  // copies results out of a bucket that is not a view. Nothing when it was waited for already.
+  void wait_bucket(size_t b);
+  void wait_all();
+  // The bucket holding parameter i's gradient.
+  size_t bucket_of(size_t param) const { return bucket_of_[param]; }
+  // Bucket indices in the order their communication is launched (Note [Launch order]).
+  const std::vector<size_t>& launch_order() const { return launch_order_; }
 
   // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.
   void set_sync(bool sync) { sync_ = sync; }
@@ -94,6 +112,10 @@ class Reducer {
   bool contiguous_in_arena(const std::vector<size_t>& bucket) const;
   void bucket_complete(Bucket& bucket);
   void launch_ready_buckets();
+  void plan_launch_order();
+  void finish_backward();
+  void check_rebuild();
+  void finalize_rebuilding();
   void launch(Bucket& bucket);
   void copy_out(Bucket& bucket);
 
@@ -109,7 +131,10 @@ class Reducer {
   std::vector<size_t> bucket_of_;        // parameter -> bucket index
   std::vector<bool> ready_;              // per parameter, this backward
   std::vector<size_t> ready_order_;
-  size_t next_bucket_ = 0;               // buckets launch strictly in index order
+  std::vector<size_t> launch_order_;     // bucket indices, in launch order (Note [Launch order])
+  size_t next_launch_ = 0;               // position in launch_order_ of the next launch
+  size_t in_index_order_ = 0;            // the first launches, in index order
+  bool deferred_ = false;                // the last finalize left the waits to the caller
   bool sync_ = true;
   bool in_backward_ = false;
   BucketObserver* observer_ = nullptr;

@@ -73,6 +73,18 @@ done
 if [ -n "${NCCL_PROBE:-}" ]; then  # e.g. NCCL_PROBE="25"
   OUT="$OUT" bash scripts/nccl_env_probe.sh build-gpu $NCCL_PROBE
 fi
+# OP_PROBE=1: P2P off, the all-reduce's busbw as a sum and as DDP's average (NCCL's avg), f32 and bf16, at 25 MiB
+# and at one step's gradients: the link rate the P2P-off rows are held against, and whether the average costs.
+if [ "${OP_PROBE:-0}" = 1 ]; then
+  for dtype in f32 bf16; do
+    step_bytes=$([ "$dtype" = f32 ] && echo 1226141600 || echo 613070800)
+    for op in sum avg; do
+      NCCL_P2P_DISABLE=1 timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype "$dtype" --op "$op" \
+        --sizes "25M,$step_bytes" --timeout 30 > "$OUT/op_${op}_$dtype.md" 2>&1
+      echo "all-reduce, P2P off, $dtype, $op: exit $?"; grep -E "^\| [0-9]|error" "$OUT/op_${op}_$dtype.md" | head -3
+    done
+  done
+fi
 if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
   OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu
 fi

@@ -50,6 +50,14 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"launch-window", &c.launch_window,
        "GPU: ops the host may queue ahead of the GPU before it waits, polling, outside the CUDA driver (0: no "
        "limit, the driver's queue holds the host back)"},
+      {"update-in-forward", &c.update_in_forward,
+       "DDP: the step ends when backward is issued; each bucket's optimizer update is applied when the next "
+       "forward first uses its parameters, after its all-reduce only, so communication runs on beside the next "
+       "forward (weights bit-identical to the plain update; needs --nonfinite stop)"},
+      {"ready-order-share", &c.ready_order_share,
+       "DDP: share of the gradient bytes all-reduced in the order backward makes them ready; the remaining buckets "
+       "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "
+       "ready order, as PyTorch)"},
       {"gemm-autotune", &c.gemm_autotune,
        "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
        "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "
@@ -233,6 +241,13 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
   VITDDP_CHECK(launch_window >= 0 && launch_window <= 1000000, "--launch-window must be 0 (no limit) or a number of "
                "ops up to 1000000, got ", launch_window);
+  VITDDP_CHECK(ready_order_share > 0 && ready_order_share <= 1, "--ready-order-share must be in (0, 1], got ",
+               ready_order_share);
+  VITDDP_CHECK(ready_order_share == 1 || update_in_forward, "--ready-order-share ", ready_order_share,
+               " sends the first layers' gradients first for the next forward; without --update-in-forward that "
+               "forward waits for all of them anyway");
+  VITDDP_CHECK(!update_in_forward || nonfinite == "stop", "--update-in-forward applies updates before the step's "
+               "gradients have all been scanned; --nonfinite skip needs them all first");
   VITDDP_CHECK(gemm_candidates >= 1 && gemm_candidates <= 256, "--gemm-candidates must be in [1, 256], got ",
                gemm_candidates);
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);

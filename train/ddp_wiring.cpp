@@ -70,6 +70,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options_r.first_bucket_cap_bytes = static_cast<size_t>(std::min(config.first_bucket_mb, config.bucket_mb) * (1 << 20));
   options_r.find_unused_parameters = config.find_unused_parameters;
   options_r.grad_as_bucket_view = config.grad_as_bucket_view;
+  options_r.ready_order_share = config.ready_order_share;
   ddp.reducer = std::make_unique<Reducer>(params, arena.flat_grads(), *ddp.group, make_hook(config), options_r);
   Reducer* reducer = ddp.reducer.get();
   for (size_t i = 0; i < arena.size(); ++i)

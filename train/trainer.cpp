@@ -24,6 +24,7 @@
 #include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
 #include "distributed/hooks/powersgd.h"
+#include "distributed/overlapped_update.h"
 #include "framework/core/nvtx.h"
 #include "framework/core/random.h"
 #include "framework/ops/elementwise.h"
@@ -336,6 +337,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   const DType compute_dtype = config.precision == "bf16" ? DType::kBF16 : DType::kF32;
   ParamArena arena(params, device, compute_dtype);
   Ddp ddp = setup_ddp(config, env, device, arena);
+  VITDDP_CHECK(!config.update_in_forward || ddp.reducer, "--update-in-forward defers DDP's bucket updates: it needs "
+               "data parallelism (--gpus N, --procs N or --ddp)");
   std::unique_ptr<Optimizer> optimizer =
       config.optimizer == "sgd"
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
@@ -429,6 +432,22 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     optimizer->set_nonfinite_report(nonfinite.flag());
   else
     optimizer->set_skip_flag(nonfinite.flag());
+  // --update-in-forward: each bucket's update waits for the next forward's first use of its
+  // parameters (Note [Updates in the next forward] in distributed/overlapped_update.cpp). A
+  // step's non-finite report is then complete only after the next step's forward: the flag is
+  // copied there, and the clock gets that copy.
+  std::unique_ptr<OverlappedUpdate> overlapped;
+  Tensor nonfinite_done;  // with `overlapped`: the last step's report, copied once its updates ran
+  if (config.update_in_forward) {
+    overlapped = std::make_unique<OverlappedUpdate>(*ddp.reducer, *optimizer, arena, model);
+    nonfinite_done = nonfinite.flag().clone();
+  }
+  // Summed over ranks each step (DDP only; one process reads g_stop_signal directly).
+  Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
+  auto reduce_stop_flag = [&] {
+    stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
+    ddp.group->allreduce(stop_flag, ReduceOp::kSum)->wait();
+  };
   // --trace: every step's phases and buckets (train/step_tracer.h); `tracing` is null when off.
   std::unique_ptr<StepTracer> tracer;
   if (!config.trace.empty()) {
@@ -447,9 +466,18 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     print_trace_summary(result.trace, config.trace, out);
   };
   // Reports step s once its loss is known; on the GPU that is one step later (see StepClock).
+  int64_t ended_through = start_step - 1;  // the last step the clock has ended
+  auto nonfinite_of = [&](int64_t s) -> int64_t {
+    if (!overlapped) return clock->nonfinite(s);
+    // Step s's report is complete once its updates ran: copied in step s + 1, or, for the last
+    // step ended, read now after applying them.
+    if (s < ended_through) return clock->nonfinite(s + 1);
+    overlapped->flush();
+    return nonfinite.flag().to(Device::cpu()).data<int64_t>()[0];
+  };
   auto report = [&](int64_t s) {
     double loss_value = clock->loss(s);
-    const int64_t bad = clock->nonfinite(s);
+    const int64_t bad = nonfinite_of(s);
     if (bad != kNoNonfinite) {
       // A hook that made finite gradients non-finite says so.
       const std::string cause = ddp.reducer ? ddp.reducer->hook().explain_nonfinite(s - start_step) : "";
@@ -498,6 +526,13 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // The loss runs in f32 whatever the compute dtype, as autocast does.
       Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
       forward_range.end();
+      if (overlapped) {
+        overlapped->flush();  // parameters the forward did not use, before backward rewrites their gradients
+        if (micro == 0) nonfinite_done.copy_(nonfinite.flag());  // the last step's updates have all run
+        // The stop request goes before this step's buckets on the communication stream: waited
+        // for at the end of the step, it must not wait for them (Note [Stopping on a signal]).
+        if (sync && ddp.group) reduce_stop_flag();
+      }
       if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
       if (poison_loss) loss = scale(loss, std::nan(""));
       if (ddp.reducer) {
@@ -516,10 +551,15 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         }
         arena.zero_stale_grads();  // parameters no gradient reached (usually none)
         phase.end_gpu();
-        if (ddp.reducer) ddp.reducer->finalize();
+        if (overlapped) {
+          if (sync) overlapped->after_backward();
+        } else if (ddp.reducer) {
+          ddp.reducer->finalize();
+        }
       }
       step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
     }
+    if (overlapped) return step_loss;  // the update runs in the next forward
     TracedPhase phase(tracing, "optimizer step", NvtxColor::kOptimizer);
     // On every rank the same answer: the gradients are all-reduced.
     if (!scan_in_update) nonfinite.run();
@@ -527,6 +567,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     return step_loss;
   };
   auto save = [&](int64_t steps_done) {
+    if (overlapped) overlapped->flush();
     CheckpointState st;
     st.step = steps_done;
     st.config = config.to_json();
@@ -555,8 +596,6 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   sigemptyset(&on_signal.sa_mask);
   sigaction(SIGINT, &on_signal, nullptr);
   sigaction(SIGTERM, &on_signal, nullptr);
-  // Summed over ranks each step (DDP only; one process reads g_stop_signal directly).
-  Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
   int64_t stopped_after = -1;
   bool told_rebuild = false;
 
@@ -575,11 +614,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     step_range.end();
     if (tracing) tracing->end_step();
     // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
-    if (ddp.group) {
-      stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
-      ddp.group->allreduce(stop_flag, ReduceOp::kSum)->wait();
-    }
-    clock->end_step(step, loss, nonfinite.flag(), stop_flag);
+    if (ddp.group && !overlapped) reduce_stop_flag();  // with `overlapped`, before backward
+    clock->end_step(step, loss, overlapped ? nonfinite_done : nonfinite.flag(), stop_flag);
+    ended_through = step;
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_last) cuda::profiler_stop();
 #endif
@@ -606,6 +643,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   const int64_t last_step = stopped_after >= 0 ? stopped_after : total - 1;
   report_through(last_step);
   finish_trace();
+  if (overlapped) overlapped->flush();  // the last step's updates, before the weights are read or saved
   if (stopped_after >= 0) {
     out << "stopped by signal " << g_stop_signal.load() << " after step " << stopped_after + 1
         << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "") << "\n";
@@ -626,7 +664,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                         nonfinite.parameter_at(bad) + "; the run stops before anything is saved",
                     ErrorKind::kNumeric);
     };
-    result.op_breakdown = op_breakdown(train_step, stop_if_bad, ddp.group.get(), out);
+    auto whole_step = [&] {  // with its updates applied, so that its flag can be read
+      Tensor loss = train_step();
+      if (overlapped) overlapped->flush();
+      return loss;
+    };
+    result.op_breakdown = op_breakdown(whole_step, stop_if_bad, ddp.group.get(), out);
   }
 
   const int64_t timed_first = std::max(config.warmup, start_step);

@@ -37,6 +37,7 @@ std::string nvtx_allreduce_name(int bucket_index, int64_t bytes) {
 
 std::string nvtx_compress_name(int bucket_index) { return "compress b" + std::to_string(bucket_index); }
 std::string nvtx_decompress_name(int bucket_index) { return "decompress b" + std::to_string(bucket_index); }
+std::string nvtx_update_name(int bucket_index) { return "update b" + std::to_string(bucket_index); }
 
 #if VITDDP_WITH_NVTX
 

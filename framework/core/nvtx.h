@@ -61,11 +61,12 @@ inline void nvtx_mark(const std::string& name, NvtxColor color = NvtxColor::kOth
 // Note [Range names]
 // Ranges carry stable names so tools and tests can find them; the ones that carry numbers build
 // them here, in one place: "step 12", "allreduce b3 24.0MB" (MB = 2^20 bytes, as --bucket-mb),
-// "compress b3", "decompress b3".
+// "compress b3", "decompress b3", "update b3" (a bucket's optimizer update in the next forward).
 std::string nvtx_step_name(int64_t step);
 std::string nvtx_allreduce_name(int bucket_index, int64_t bytes);
 std::string nvtx_compress_name(int bucket_index);
 std::string nvtx_decompress_name(int bucket_index);
+std::string nvtx_update_name(int bucket_index);
 
 }  // namespace vitddp
 

@@ -67,28 +67,28 @@ __device__ __forceinline__ void adamw_pack(int64_t k, float* p, const G* g, P* p
 __global__ void reset_report_kernel(int64_t* flag) { *flag = INT64_MAX; }
 
 // One atomic per thread that saw a non-finite gradient (normally none).
-__device__ __forceinline__ void report_found(int64_t* report, unsigned long long found) {
-  if (report && found != ~0ull) atomicMin(reinterpret_cast<unsigned long long*>(report), found);
+__device__ __forceinline__ void report_found(int64_t* report, unsigned long long found, int64_t base) {
+  if (report && found != ~0ull) atomicMin(reinterpret_cast<unsigned long long*>(report), found + base);
 }
 
 // kQuads: every buffer is quad-aligned, and all but the last n % 4 elements go four at a time
 // (the update is memory-bound: ~3.6 GB per step for ViT-L in bf16).
 template <typename G, typename P, bool kQuads>
 __global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, float lr, float mu, float wd,
-                           const int64_t* skip, int64_t* report) {
+                           const int64_t* skip, int64_t* report, int64_t base) {
   if (skip && *skip != INT64_MAX) return;
   const bool reporting = report != nullptr;
   unsigned long long found = ~0ull;
   const int64_t quads = kQuads ? n / 4 : 0;
   VITDDP_GRID_STRIDE_LOOP(q, quads) sgd_pack<4>(q, p, g, p16, buf, lr, mu, wd, reporting, found);
   VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) sgd_pack<1>(i, p, g, p16, buf, lr, mu, wd, reporting, found);
-  report_found(report, found);
+  report_found(report, found, base);
 }
 
 template <typename G, typename P, bool kQuads>
 __global__ void adamw_kernel(float* p, const G* g, P* p16, float* m, float* v, int64_t n, float decay, float b1,
                              float b2, float eps, float step_size, float inv_sqrt_bc2, const int64_t* skip,
-                             int64_t* report) {
+                             int64_t* report, int64_t base) {
   if (skip && *skip != INT64_MAX) return;
   const bool reporting = report != nullptr;
   unsigned long long found = ~0ull;
@@ -99,14 +99,7 @@ __global__ void adamw_kernel(float* p, const G* g, P* p16, float* m, float* v, i
   VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) {
     adamw_pack<1>(i, p, g, p16, m, v, decay, b1, b2, eps, step_size, inv_sqrt_bc2, reporting, found);
   }
-  report_found(report, found);
-}
-
-// Resets the report flag before an update that reports into it.
-void reset_report(const FlatBuffers& b) {
-  if (!b.report_nonfinite) return;
-  reset_report_kernel<<<1, 1, 0, current_stream()>>>(b.report_nonfinite);
-  CUDA_CHECK_LAUNCH();
+  report_found(report, found, base);
 }
 
 // Whether every buffer of the update (null ones aside) may be read as quads.
@@ -127,6 +120,12 @@ void dispatch_buffers(const FlatBuffers& b, Fn&& fn) {
 
 }  // namespace
 
+void reset_nonfinite_report(int64_t* report) {
+  if (!report) return;
+  reset_report_kernel<<<1, 1, 0, current_stream()>>>(report);
+  CUDA_CHECK_LAUNCH();
+}
+
 void sgd_step(const FlatBuffers& b, float* momentum, float lr, float mu, float wd) {
   OpScope scope("optimizer");
   dispatch_buffers(b, [&](auto g, auto p) {
@@ -134,10 +133,9 @@ void sgd_step(const FlatBuffers& b, float* momentum, float lr, float mu, float w
     using P = decltype(p);
     const bool quads = quads_fit(b, {momentum});
     auto kernel = quads ? sgd_kernel<G, P, true> : sgd_kernel<G, P, false>;
-    reset_report(b);
     kernel<<<grid_for(quads ? b.n / 4 + 1 : b.n), kThreads, 0, current_stream()>>>(
         b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), momentum, b.n, lr, mu, wd, b.skip_if_set,
-        b.report_nonfinite);
+        b.report_nonfinite, b.index_base);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -150,10 +148,9 @@ void adamw_step(const FlatBuffers& b, float* exp_avg, float* exp_avg_sq, float d
     using P = decltype(p);
     const bool quads = quads_fit(b, {exp_avg, exp_avg_sq});
     auto kernel = quads ? adamw_kernel<G, P, true> : adamw_kernel<G, P, false>;
-    reset_report(b);
     kernel<<<grid_for(quads ? b.n / 4 + 1 : b.n), kThreads, 0, current_stream()>>>(
         b.master, static_cast<const G*>(b.grads), static_cast<P*>(b.params16), exp_avg, exp_avg_sq, b.n, decay, beta1,
-        beta2, eps, step_size, inv_sqrt_bc2, b.skip_if_set, b.report_nonfinite);
+        beta2, eps, step_size, inv_sqrt_bc2, b.skip_if_set, b.report_nonfinite, b.index_base);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -22,7 +22,13 @@ struct FlatBuffers {
   // framework/optim/optimizer.h): the update runs whatever the gradients hold, and the flag
   // ends as the smallest index of a non-finite gradient element, or INT64_MAX.
   int64_t* report_nonfinite = nullptr;
+  // Arena index of element 0 of these buffers (a range of the arena: Note [An update in ranges]
+  // in framework/optim/optimizer.h); reported indices are arena indices.
+  int64_t index_base = 0;
 };
+
+// Clears a report flag (to INT64_MAX) before the updates of a step report into it.
+void reset_nonfinite_report(int64_t* report);
 
 // PyTorch SGD: d = g + wd p; with a momentum buffer (may be null) buf = mu buf + d, d = buf;
 // p -= lr d.

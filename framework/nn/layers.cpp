@@ -15,21 +15,30 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) {
   if (bias) bias_ = register_parameter("bias", Tensor::zeros({out_features}));
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_); }
+Tensor Linear::forward(const Tensor& x) const {
+  before_forward();
+  return linear(x, weight_, bias_);
+}
 
 PatchConv::PatchConv(int64_t in_channels, int64_t out_channels, int64_t patch) : patch_(patch) {
   weight_ = register_parameter("weight", Tensor::zeros({out_channels, in_channels, patch, patch}));
   bias_ = register_parameter("bias", Tensor::zeros({out_channels}));
 }
 
-Tensor PatchConv::forward(const Tensor& images) const { return patch_embed(images, weight_, bias_, patch_); }
+Tensor PatchConv::forward(const Tensor& images) const {
+  before_forward();
+  return patch_embed(images, weight_, bias_, patch_);
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
   weight_ = register_parameter("weight", Tensor::full({dim}, 1.0));
   bias_ = register_parameter("bias", Tensor::zeros({dim}));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+Tensor LayerNorm::forward(const Tensor& x) const {
+  before_forward();
+  return layer_norm(x, weight_, bias_, eps_);
+}
 
 MultiheadAttention::MultiheadAttention(int64_t dim, int64_t num_heads) : dim_(dim), num_heads_(num_heads) {
   VITDDP_CHECK(num_heads > 0 && dim % num_heads == 0, "MultiheadAttention: ", num_heads,
@@ -41,6 +50,7 @@ MultiheadAttention::MultiheadAttention(int64_t dim, int64_t num_heads) : dim_(di
 
 Tensor MultiheadAttention::forward(const Tensor& x) const {
   check_tensor(x.dim() == 3 && x.size(2) == dim_, "MultiheadAttention", "(B, N, D) with D matching", x);
+  before_forward();
   Tensor qkv = linear(x, in_proj_weight_, in_proj_bias_);  // (B, N, 3D)
   return out_proj_->forward(multi_head_attention(qkv, num_heads_));
 }
@@ -52,6 +62,7 @@ Mlp::Mlp(int64_t dim, int64_t hidden, double dropout, Generator* dropout_gen)
 }
 
 Tensor Mlp::forward(const Tensor& x) const {
+  before_forward();
   Tensor h = gelu(fc1_->forward(x));
   if (dropout_ > 0) h = dropout(h, dropout_, is_training(), *dropout_gen_);
   Tensor y = fc2_->forward(h);

@@ -29,6 +29,11 @@ void Module::name_parameters() {
   for (auto& [name, t] : named_parameters()) t.set_name(name);
 }
 
+void Module::set_forward_pre_hook(const ForwardPreHook& hook) {
+  pre_hook_ = hook;
+  for (auto& [name, child] : children_) child->set_forward_pre_hook(hook);
+}
+
 void Module::set_training(bool training) {
   training_ = training;
   for (auto& [name, child] : children_) child->set_training(training);

@@ -2,6 +2,7 @@
 // (own parameters first, then children, dotted paths). Modules own their children.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,8 +28,20 @@ class Module {
   void name_parameters();
   void set_training(bool training);
   bool is_training() const { return training_; }
+  // This module's own parameters (not its children's), in registration order.
+  const NamedTensors& own_parameters() const { return params_; }
+
+  // Called with each module (this one and every module below it) at the start of its
+  // forward, before it reads its own parameters: where a deferred optimizer update can still
+  // be applied in time (train/forward_overlapped_update.h). An empty function removes it.
+  using ForwardPreHook = std::function<void(const Module&)>;
+  void set_forward_pre_hook(const ForwardPreHook& hook);
 
  protected:
+  // Every forward starts with this (see set_forward_pre_hook).
+  void before_forward() const {
+    if (pre_hook_) pre_hook_(*this);
+  }
   // Registers a leaf that requires grad.
   Tensor& register_parameter(const std::string& name, Tensor value);
   template <typename M>
@@ -43,6 +56,7 @@ class Module {
   NamedTensors params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
+  ForwardPreHook pre_hook_;
 };
 
 }  // namespace vitddp

@@ -1,4 +1,5 @@
 // AdamW over the arena's flat buffers, as torch.optim.AdamW (amsgrad off).
+#include <algorithm>
 #include <cmath>
 
 #include "framework/core/error.h"
@@ -27,32 +28,54 @@ class AdamW final : public Optimizer {
   std::string name() const override { return "adamw"; }
   NamedTensors state() const override { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
 
-  void step() override {
-    if (skip_on_host()) return;
+  int64_t size() const override { return arena_.numel(); }
+
+  // The step's constants, fixed for all of its ranges.
+  void begin_step() override {
+    // On the CPU a skipped step does not count (on the GPU the kernel skips, and it counts).
+    skipped_ = skip_on_host();
+    if (skipped_) return;
     ++step_count_;
-    float* p = arena_.flat_master().data<float>();  // (numel)
-    const void* grads = arena_.flat_grads().data_ptr();
-    float* m = exp_avg_.data<float>();
-    float* v = exp_avg_sq_.data<float>();
     const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_count_));
     const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_count_));
-    const float step_size = static_cast<float>(lr_ / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float decay = static_cast<float>(1.0 - lr_ * config_.weight_decay);
+    step_size_ = static_cast<float>(lr_ / bc1);
+    inv_sqrt_bc2_ = static_cast<float>(1.0 / std::sqrt(bc2));
+    decay_ = static_cast<float>(1.0 - lr_ * config_.weight_decay);
+    if (int64_t* report = report_flag()) {
+      if (arena_.device().is_cuda()) {
+#if VITDDP_WITH_CUDA
+        cuda::reset_nonfinite_report(report);
+#endif
+      } else {
+        *report = kNoNonfinite;
+      }
+    }
+  }
+
+  void update(int64_t begin, int64_t end) override {
+    VITDDP_ASSERT(0 <= begin && begin <= end && end <= arena_.numel(), "adamw: update range outside the arena");
+    if (skipped_) return;
+    float* p = arena_.flat_master().data<float>();  // (numel)
+    float* m = exp_avg_.data<float>();
+    float* v = exp_avg_sq_.data<float>();
     const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2),
                 eps = static_cast<float>(config_.eps);
+    const float step_size = step_size_, inv_sqrt_bc2 = inv_sqrt_bc2_, decay = decay_;
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::adamw_step(flat_buffers(arena_, device_skip_flag(), report_flag()), m, v, decay, b1, b2, eps, step_size,
-                       inv_sqrt_bc2);
+      cuda::adamw_step(flat_buffers(arena_, device_skip_flag(), report_flag(), begin, end), m + begin, v + begin, decay,
+                       b1, b2, eps, step_size, inv_sqrt_bc2);
       return;
 #endif
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "adamw: mixed precision needs a GPU");
-    const float* g = static_cast<const float*>(grads);
+    const float* g = static_cast<const float*>(arena_.flat_grads().data_ptr());
     // On the CPU the scan is a pass of its own, before the update: the same answer.
-    if (int64_t* report = report_flag()) *report = first_nonfinite_index(g, arena_.numel());
-    for (int64_t i = 0; i < arena_.numel(); ++i) {
+    if (int64_t* report = report_flag()) {
+      const int64_t found = first_nonfinite_index(g + begin, end - begin);
+      if (found != kNoNonfinite) *report = std::min(*report, begin + found);
+    }
+    for (int64_t i = begin; i < end; ++i) {
       p[i] *= decay;
       m[i] = b1 * m[i] + (1 - b1) * g[i];
       v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
@@ -65,6 +88,8 @@ class AdamW final : public Optimizer {
   AdamWConfig config_;
   Tensor exp_avg_;     // (numel) f32
   Tensor exp_avg_sq_;  // (numel) f32
+  float step_size_ = 0, inv_sqrt_bc2_ = 1, decay_ = 1;  // this step's (begin_step)
+  bool skipped_ = false;                                 // this step, on the CPU
 };
 
 }  // namespace

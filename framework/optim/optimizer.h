@@ -26,8 +26,24 @@ struct AdamWConfig {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // Applies one update from the arena's gradients.
-  virtual void step() = 0;
+  // Applies one update from the arena's gradients: begin_step(), then update() of every element.
+  void step() {
+    begin_step();
+    update(0, size());
+  }
+  // Note [An update in ranges]
+  // One step's update may be applied range by range, each range when its gradients are ready
+  // (train/forward_overlapped_update.h applies a DDP bucket's range at the next forward's first
+  // use of its parameters). begin_step() comes once per step, before its ranges: it advances the
+  // step count, fixes the learning rate and bias corrections the ranges use, and clears the
+  // non-finite report, which each range then lowers to the smallest bad element index of the
+  // whole arena. update(begin, end) applies that step to arena elements [begin, end); the ranges
+  // of one step must not overlap, and together they must cover the arena before the next
+  // begin_step(). Elementwise updates make the result bit-identical to one step().
+  virtual void begin_step() = 0;
+  virtual void update(int64_t begin, int64_t end) = 0;
+  // Elements of the arena it updates.
+  virtual int64_t size() const = 0;
   virtual std::string name() const = 0;
   // State for checkpoints: flat tensors by name, plus the step count.
   virtual NamedTensors state() const = 0;

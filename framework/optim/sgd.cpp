@@ -1,5 +1,7 @@
 // SGD with momentum and weight decay over the arena's flat buffers: one loop on the CPU, one
 // fused launch on the GPU.
+#include <algorithm>
+
 #include "framework/core/error.h"
 #include "framework/optim/flat_buffers.h"
 #include "framework/optim/nonfinite.h"
@@ -28,26 +30,46 @@ class Sgd final : public Optimizer {
     return {{"momentum_buffer", momentum_}};
   }
 
-  void step() override {
-    if (skip_on_host()) return;
+  int64_t size() const override { return arena_.numel(); }
+
+  void begin_step() override {
+    // On the CPU a skipped step does not count (on the GPU the kernel skips, and it counts).
+    skipped_ = skip_on_host();
+    if (skipped_) return;
+    ++step_count_;
+    if (int64_t* report = report_flag()) {
+      if (arena_.device().is_cuda()) {
+#if VITDDP_WITH_CUDA
+        cuda::reset_nonfinite_report(report);
+#endif
+      } else {
+        *report = kNoNonfinite;
+      }
+    }
+  }
+
+  void update(int64_t begin, int64_t end) override {
+    VITDDP_ASSERT(0 <= begin && begin <= end && end <= arena_.numel(), "sgd: update range outside the arena");
+    if (skipped_) return;
     float* p = arena_.flat_master().data<float>();  // (numel)
-    const void* grads = arena_.flat_grads().data_ptr();
     float* buf = momentum_.defined() ? momentum_.data<float>() : nullptr;
     const float lr = static_cast<float>(lr_), mu = static_cast<float>(config_.momentum),
                 wd = static_cast<float>(config_.weight_decay);
-    const int64_t n = arena_.numel();
-    ++step_count_;
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::sgd_step(flat_buffers(arena_, device_skip_flag(), report_flag()), buf, lr, mu, wd);
+      cuda::sgd_step(flat_buffers(arena_, device_skip_flag(), report_flag(), begin, end), buf ? buf + begin : nullptr,
+                     lr, mu, wd);
       return;
 #endif
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "sgd: mixed precision needs a GPU");
-    const float* g = static_cast<const float*>(grads);
+    const float* g = static_cast<const float*>(arena_.flat_grads().data_ptr());
     // On the CPU the scan is a pass of its own, before the update: the same answer.
-    if (int64_t* report = report_flag()) *report = first_nonfinite_index(g, n);
-    for (int64_t i = 0; i < n; ++i) {
+    if (int64_t* report = report_flag()) {
+      const int64_t found = first_nonfinite_index(g + begin, end - begin);
+      if (found != kNoNonfinite) *report = std::min(*report, begin + found);
+    }
+    for (int64_t i = begin; i < end; ++i) {
       float d = g[i] + wd * p[i];
       if (buf) {
         // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
@@ -62,6 +84,7 @@ class Sgd final : public Optimizer {
   ParamArena& arena_;
   SgdConfig config_;
   Tensor momentum_;  // (numel) f32, only with momentum
+  bool skipped_ = false;  // this step, on the CPU (begin_step)
 };
 
 }  // namespace

@@ -27,6 +27,7 @@ EncoderBlock::EncoderBlock(const VitConfig& config, Generator* dropout_gen)
 }
 
 Tensor EncoderBlock::forward(const Tensor& input) const {
+  before_forward();
   Tensor x = self_attention_->forward(ln_1_->forward(input));
   if (dropout_ > 0) x = dropout(x, dropout_, is_training(), *dropout_gen_);
   x = add(x, input);
@@ -44,6 +45,7 @@ Encoder::Encoder(const VitConfig& config, Generator* dropout_gen)
 }
 
 Tensor Encoder::forward(const Tensor& input) const {
+  before_forward();
   Tensor x = add(input, pos_embedding_);
   if (dropout_ > 0) x = dropout(x, dropout_, is_training(), *dropout_gen_);
   for (const EncoderBlock* layer : layers_) x = layer->forward(x);
@@ -94,6 +96,7 @@ Tensor VisionTransformer::forward(const Tensor& images) const {
                    images.size(3) == config_.image_size,
                "VisionTransformer", "images (B, C, H, W) matching the model's channels and image size", images);
   const int64_t b = images.size(0);
+  before_forward();
   Tensor x = conv_proj_->forward(images);                                    // (B, Np, D)
   Tensor cls = expand(class_token_, {b, 1, config_.hidden_dim});              // (B, 1, D)
   x = encoder_->forward(concat({cls, x}, 1));                                 // (B, N, D)

@@ -76,28 +76,43 @@ TEST(NonfiniteGpu, TheUpdateReportsWhatTheScanFinds) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + optimizer + ", " + label);
         Tensor start = buffer_with(DType::kF32, n, {});  // the weights: finite
         Tensor flag = Tensor::zeros({1}, DType::kI64, grads.device());
-        auto update = [&](Tensor master, int64_t* report) {
+        // The update of elements [begin, end), reporting arena indices (Note [An update in ranges]).
+        auto update_range = [&](Tensor master, int64_t* report, Tensor m, Tensor v, int64_t begin, int64_t end) {
           cuda::FlatBuffers b;
-          b.master = master.data<float>();
-          b.grads = grads.data_ptr();
+          b.master = master.data<float>() + begin;
+          b.grads = static_cast<const char*>(grads.data_ptr()) + begin * dtype_size(dtype);
           b.grad_dtype = dtype;
-          b.n = n;
+          b.n = end - begin;
           b.report_nonfinite = report;
-          Tensor m = Tensor::zeros({n}, DType::kF32, grads.device()), v = Tensor::zeros({n}, DType::kF32, grads.device());
+          b.index_base = begin;
           if (std::string(optimizer) == "sgd")
-            cuda::sgd_step(b, m.data<float>(), 0.1f, 0.9f, 0.01f);
+            cuda::sgd_step(b, m.data<float>() + begin, 0.1f, 0.9f, 0.01f);
           else
-            cuda::adamw_step(b, m.data<float>(), v.data<float>(), 0.999f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f);
+            cuda::adamw_step(b, m.data<float>() + begin, v.data<float>() + begin, 0.999f, 0.9f, 0.999f, 1e-8f, 0.01f,
+                             1.0f);
         };
-        Tensor reported = start.clone(), plain = start.clone();
-        update(reported, flag.data<int64_t>());
-        update(plain, nullptr);
+        // One pass, or three ranges in an order other than the arena's.
+        auto update = [&](Tensor master, int64_t* report, bool in_ranges) {
+          Tensor m = Tensor::zeros({n}, DType::kF32, grads.device()), v = Tensor::zeros({n}, DType::kF32, grads.device());
+          cuda::reset_nonfinite_report(report);
+          if (!in_ranges) return update_range(master, report, m, v, 0, n);
+          for (auto [begin, end] : {std::pair<int64_t, int64_t>{800000, n}, {0, 123456}, {123456, 800000}})
+            update_range(master, report, m, v, begin, end);
+        };
+        Tensor reported = start.clone(), plain = start.clone(), ranged = start.clone();
+        update(reported, flag.data<int64_t>(), false);
+        update(plain, nullptr, false);
         const int64_t expected = scan(grads);
         EXPECT_EQ(flag.to(Device::cpu()).data<int64_t>()[0], expected);
         if (expected == kNoNonfinite) {
           Tensor a = reported.to(Device::cpu()), b = plain.to(Device::cpu());
           EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
         }
+        Tensor ranged_flag = Tensor::zeros({1}, DType::kI64, grads.device());
+        update(ranged, ranged_flag.data<int64_t>(), true);
+        EXPECT_EQ(ranged_flag.to(Device::cpu()).data<int64_t>()[0], expected) << "in ranges";
+        Tensor a = ranged.to(Device::cpu()), b = reported.to(Device::cpu());
+        EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0) << "in ranges";
       }
     }
   }

@@ -1,0 +1,94 @@
+#include "distributed/overlapped_update.h"
+
+#include <algorithm>
+
+#include "framework/core/error.h"
+#include "framework/core/nvtx.h"
+
+namespace vitddp {
+
+// Note [Updates in the next forward]
+// Plain DDP ends a step with every bucket's all-reduce done and one optimizer pass, and the
+// next forward starts after both. Where the link is slower than backward (P2P off: one bf16
+// step's gradients take 24 ms on the wire, backward 9 ms), the link then idles through
+// the optimizer and the whole next forward. Here a step ends when backward's work is issued:
+// the buckets stay in flight, and the optimizer's update of a bucket (Note [An update in ranges]
+// in framework/optim/optimizer.h) is applied when the next forward is about to run a module
+// that owns one of its parameters: the compute stream waits for that bucket's communication
+// only, then updates that bucket's range of the arena, and runs the module. With the buckets the
+// next forward needs first launched first (Note [Launch order] in reducer.cpp), the forward of
+// the first layers runs while the later layers' gradients are still on the wire.
+//
+// The result is the same update, element by element, as finalize() + step(): bit-identical
+// weights. What it asks of the caller: nothing reads or saves weights, and no backward writes
+// gradients, while updates are pending (flush() first); the non-finite report of a step is
+// complete only once its updates are (the trainer reads it after the flush); --nonfinite skip,
+// which scans every gradient before any update, does not combine with it.
+OverlappedUpdate::OverlappedUpdate(Reducer& reducer, Optimizer& optimizer, const ParamArena& arena, Module& model)
+    : reducer_(reducer), optimizer_(optimizer), arena_(arena), model_(model) {
+  for (size_t i = 0; i < arena.size(); ++i) param_at_[arena.named_params()[i].second.data_ptr()] = i;
+  model_.set_forward_pre_hook([this](const Module& module) { before_forward(module); });
+}
+
+OverlappedUpdate::~OverlappedUpdate() { model_.set_forward_pre_hook(nullptr); }
+
+void OverlappedUpdate::after_backward() {
+  VITDDP_CHECK(pending_count_ == 0, "OverlappedUpdate: the last step's updates were not all applied before this "
+               "backward (flush() before backward)");
+  reducer_.finalize_deferred();
+  optimizer_.begin_step();
+  pending_.assign(reducer_.buckets().size(), true);  // the buckets may have been rebuilt
+  pending_count_ = pending_.size();
+}
+
+const std::vector<size_t>& OverlappedUpdate::params_of(const Module& module) {
+  auto found = own_params_.find(&module);
+  if (found != own_params_.end()) return found->second;
+  std::vector<size_t>& indices = own_params_[&module];
+  for (const auto& [name, tensor] : module.own_parameters()) {
+    auto at = param_at_.find(tensor.data_ptr());
+    VITDDP_CHECK(at != param_at_.end(), "OverlappedUpdate: parameter ", name, " of a module is not in the arena");
+    indices.push_back(at->second);
+  }
+  return indices;
+}
+
+void OverlappedUpdate::before_forward(const Module& module) {
+  if (pending_count_ == 0) return;
+  for (size_t i : params_of(module)) {
+    const size_t b = reducer_.bucket_of(i);
+    if (pending_[b]) apply(b);
+  }
+}
+
+void OverlappedUpdate::flush() {
+  if (pending_count_ == 0) return;
+  for (size_t b : reducer_.launch_order())
+    if (pending_[b]) apply(b);
+}
+
+// A bucket's parameters, as ranges of the arena: one range when its gradients are back to
+// back (a bucket view; alignment padding between them is updated along, and stays zero).
+void OverlappedUpdate::apply(size_t b) {
+  NvtxRange range(nvtx_update_name(static_cast<int>(b)), NvtxColor::kOptimizer);
+  reducer_.wait_bucket(b);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t i : reducer_.buckets()[b].params)
+    ranges.emplace_back(arena_.offset_of(i), arena_.offset_of(i) + arena_.named_params()[i].second.numel());
+  std::sort(ranges.begin(), ranges.end());
+  int64_t begin = ranges.front().first, end = ranges.front().second;
+  for (size_t k = 1; k < ranges.size(); ++k) {
+    if (ranges[k].first - end < 16) {  // the arena's alignment gap, or none
+      end = ranges[k].second;
+      continue;
+    }
+    optimizer_.update(begin, end);
+    begin = ranges[k].first;
+    end = ranges[k].second;
+  }
+  optimizer_.update(begin, end);
+  pending_[b] = false;
+  --pending_count_;
+}
+
+}  // namespace vitddp

@@ -1,0 +1,160 @@
+// Note [Launch order] and Note [Updates in the next forward]: the reducer launches the buckets
+// past its ready-order share last-first, and OverlappedUpdate applies each bucket's update at
+// the next forward's first use of its parameters, with weights bit-identical to finalize() +
+// step().
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/fake_group.h"
+#include "common/test_utils.h"
+#include "distributed/overlapped_update.h"
+#include "distributed/reducer.h"
+#include "framework/nn/param_arena.h"
+#include "framework/ops/cross_entropy.h"
+#include "framework/optim/optimizer.h"
+#include "models/vit/vit.h"
+
+namespace vitddp {
+namespace {
+
+using testing::FakeGroup;
+
+struct DdpRun {
+  VisionTransformer model{vit_config_by_name("vit_tiny"), 4};
+  NamedTensors params = model.named_parameters();
+  ParamArena arena{params, Device::cpu()};
+  FakeGroup group;
+  std::unique_ptr<Reducer> reducer;
+  std::unique_ptr<Optimizer> optimizer;
+
+  DdpRun(double share, const std::string& optimizer_name) {
+    Generator gen(1);
+    for (auto& [name, p] : params) fill_uniform(p, gen, -0.2, 0.2);
+    std::vector<ReducerParam> rp;
+    for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+    ReducerOptions options;
+    options.bucket_cap_bytes = 40000;
+    options.first_bucket_cap_bytes = 5000;
+    options.ready_order_share = share;
+    options.rebuild_buckets = false;
+    reducer = std::make_unique<Reducer>(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].second.register_grad_ready_hook([this, i](const Tensor&) { reducer->mark_ready(i); });
+    optimizer = optimizer_name == "sgd" ? make_sgd(arena, SgdConfig{0.05, 0.9, 0.01})
+                                        : make_adamw(arena, AdamWConfig{0.01, 0.9, 0.999, 1e-8, 0.05});
+  }
+  Tensor loss(uint64_t seed) {
+    Generator gen(seed);
+    Tensor images = testing::random_tensor({2, 3, 32, 32}, gen, DType::kF32);
+    return cross_entropy(model.forward(images), Tensor::from_vector_i64({1, 7}, {2}));
+  }
+};
+
+TEST(LaunchOrder, BucketsPastTheShareGoLastFirst) {
+  DdpRun s(0.3, "sgd");
+  const std::vector<BucketInfo>& buckets = s.reducer->buckets();
+  const size_t n = buckets.size();
+  ASSERT_GE(n, 5u);
+  double total = 0;
+  for (const BucketInfo& b : buckets) total += static_cast<double>(b.bytes);
+  // The first buckets in index order until 30% of the bytes, then the rest from the last down.
+  std::vector<size_t> expected;
+  double sent = 0;
+  size_t k = 0;
+  while (k == 0 || sent < 0.3 * total) {
+    sent += static_cast<double>(buckets[k].bytes);
+    expected.push_back(k++);
+  }
+  ASSERT_LT(k, n);
+  for (size_t b = n; b-- > k;) expected.push_back(b);
+  EXPECT_EQ(s.reducer->launch_order(), expected);
+  // And the collectives go out in that order during backward.
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss(2).backward();
+  s.reducer->finalize();
+  ASSERT_EQ(s.group.calls.size(), n);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(s.group.calls[i], buckets[expected[i]].numel) << "launch " << i;
+}
+
+TEST(LaunchOrder, ShareOneIsIndexOrderAndOutOfRangeSharesAreRefused) {
+  DdpRun s(1.0, "sgd");
+  std::vector<size_t> index_order(s.reducer->buckets().size());
+  for (size_t b = 0; b < index_order.size(); ++b) index_order[b] = b;
+  EXPECT_EQ(s.reducer->launch_order(), index_order);
+  for (double bad : {0.0, -0.5, 1.5}) EXPECT_THROW(DdpRun(bad, "sgd"), Error) << bad;
+}
+
+TEST(DeferredFinalize, BucketsMustBeWaitedForBeforeTheNextBackward) {
+  DdpRun s(0.5, "sgd");
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss(2).backward();
+  s.reducer->finalize_deferred();
+  EXPECT_THROW(s.reducer->prepare_for_backward(), Error);
+  s.reducer->wait_all();
+  s.reducer->wait_all();  // a second time: nothing left
+  EXPECT_NO_THROW(s.reducer->prepare_for_backward());
+}
+
+// Three steps each way, for SGD with momentum and for AdamW: the master weights are the same
+// bytes. Between steps, the updates wait for the forward: none is applied before it, and the
+// forward applies every one.
+TEST(OverlappedUpdate, GivesTheWeightsOfFinalizeAndStepAndWaitsForTheForward) {
+  for (const char* name : {"sgd", "adamw"}) {
+    for (double share : {1.0, 0.3}) {
+      SCOPED_TRACE(std::string(name) + ", share " + std::to_string(share));
+      DdpRun plain(share, name), overlapped(share, name);
+      OverlappedUpdate update(*overlapped.reducer, *overlapped.optimizer, overlapped.arena, overlapped.model);
+      const size_t buckets = overlapped.reducer->buckets().size();
+      for (uint64_t step = 0; step < 3; ++step) {
+        plain.arena.zero_grad();
+        plain.reducer->prepare_for_backward();
+        plain.loss(10 + step).backward();
+        plain.reducer->finalize();
+        plain.optimizer->step();
+
+        Tensor loss = overlapped.loss(10 + step);  // applies the last step's updates
+        EXPECT_EQ(update.pending(), 0u);
+        update.flush();
+        overlapped.arena.zero_grad();
+        overlapped.reducer->prepare_for_backward();
+        loss.backward();
+        update.after_backward();
+        EXPECT_EQ(update.pending(), buckets);
+      }
+      update.flush();
+      EXPECT_EQ(update.pending(), 0u);
+      EXPECT_EQ(overlapped.optimizer->step_count(), 3);
+      const Tensor a = plain.arena.flat_master(), b = overlapped.arena.flat_master();
+      EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
+    }
+  }
+}
+
+// The first module of the forward (the patch embedding, with class_token in the last bucket)
+// needs the bucket launched right after the ready-order ones; one forward applies every update.
+TEST(OverlappedUpdate, TheFirstLayersBucketGoesRightAfterTheReadyOrderOnes) {
+  DdpRun s(0.3, "sgd");
+  OverlappedUpdate update(*s.reducer, *s.optimizer, s.arena, s.model);
+  const size_t buckets = s.reducer->buckets().size();
+  EXPECT_EQ(s.reducer->bucket_of(0), buckets - 1);  // class_token: registered first, ready last
+  const std::vector<size_t>& order = s.reducer->launch_order();
+  size_t ready_order = 0;
+  while (order[ready_order] == ready_order) ++ready_order;
+  EXPECT_GE(ready_order, 1u);
+  EXPECT_EQ(order[ready_order], buckets - 1);
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss(3).backward();
+  update.after_backward();
+  const std::vector<double> before = s.arena.flat_master().to_vector();
+  EXPECT_EQ(update.pending(), buckets);
+  s.loss(4);
+  EXPECT_EQ(update.pending(), 0u);
+  EXPECT_NE(s.arena.flat_master().to_vector(), before);
+}
+
+}  // namespace
+}  // namespace vitddp

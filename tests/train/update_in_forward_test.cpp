@@ -1,0 +1,99 @@
+// `train --update-in-forward` (Note [Updates in the next forward]) over 2 Gloo ranks: the same
+// weights, bit for bit, as the plain update (SGD with momentum, AdamW, gradient accumulation,
+// first layers' buckets sent first), checkpoints that resume exactly, a NaN that still stops
+// the run at its step, and bad combinations refused before anything starts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include "common/multiprocess.h"
+#include "common/test_utils.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+using Outcome = testing::TrainOutcome;
+Outcome run(const std::string& env, const std::string& args) { return testing::run_train(env, args); }
+
+// A fixed dataset size, so the sampler's order does not depend on --steps.
+const std::string kRun = "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 "
+                         "--bucket-mb 0.05 --print-every 0";
+
+std::string bytes_of(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
+  testing::TempFolder dir("vitddp_uif");
+  for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
+                                     std::string("--optimizer adamw --lr 0.01 --weight-decay 0.05"),
+                                     std::string("--momentum 0.9 --accumulate 2")}) {
+    SCOPED_TRACE(setting);
+    const std::string args = kRun + " --steps 4 " + setting;
+    Outcome plain = run("", args + " --save " + (dir / "plain.safetensors").string());
+    ASSERT_EQ(plain.code, 0) << plain.out;
+    for (const std::string& mode : {std::string("--update-in-forward"),
+                                    std::string("--update-in-forward --ready-order-share 0.3")}) {
+      SCOPED_TRACE(mode);
+      Outcome deferred = run("", args + " " + mode + " --save " + (dir / "deferred.safetensors").string());
+      ASSERT_EQ(deferred.code, 0) << deferred.out;
+      const std::string a = bytes_of((dir / "plain.safetensors").string());
+      EXPECT_GT(a.size(), 10000u);
+      EXPECT_TRUE(a == bytes_of((dir / "deferred.safetensors").string())) << "the weights differ";
+      // The same first and last loss too (each step's forward ran on the same weights).
+      auto losses = [](const std::string& out) {
+        const size_t at = out.find(" loss ", out.find("summary:"));
+        return at == std::string::npos ? std::string("none") : out.substr(at, out.find(',', at) - at);
+      };
+      EXPECT_EQ(losses(plain.out), losses(deferred.out)) << deferred.out;
+      EXPECT_NE(losses(plain.out), "none") << plain.out;
+    }
+  }
+}
+
+// A checkpoint holds the step's update though it was still pending when the step ended.
+TEST(UpdateInForward, CheckpointsResumeExactly) {
+  testing::TempFolder dir("vitddp_uif_ckpt");
+  const std::string args = kRun + " --momentum 0.9 --update-in-forward --ready-order-share 0.3";
+  Outcome straight = run("", args + " --steps 6 --save " + (dir / "straight.safetensors").string());
+  ASSERT_EQ(straight.code, 0) << straight.out;
+  Outcome first = run("", args + " --steps 4 --checkpoint-dir " + (dir / "ckpt").string() + " --checkpoint-every 2");
+  ASSERT_EQ(first.code, 0) << first.out;
+  Outcome resumed = run("", args + " --steps 6 --resume --checkpoint-dir " + (dir / "ckpt").string() + " --save " +
+                                (dir / "resumed.safetensors").string());
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("(step 4)"), std::string::npos) << resumed.out;
+  EXPECT_TRUE(bytes_of((dir / "straight.safetensors").string()) == bytes_of((dir / "resumed.safetensors").string()))
+      << "resumed weights differ from the uninterrupted run";
+}
+
+TEST(UpdateInForward, ANanStillStopsTheRunAtItsStep) {
+  Outcome o = run("VITDDP_FAULT=1:1:nan", kRun + " --steps 4 --update-in-forward");
+  EXPECT_EQ(o.code, 5) << o.out;
+  EXPECT_NE(o.out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
+  // And at the last step, whose updates are applied only after the loop.
+  o = run("VITDDP_FAULT=0:3:nan", kRun + " --steps 4 --update-in-forward");
+  EXPECT_EQ(o.code, 5) << o.out;
+  EXPECT_NE(o.out.find("step 4 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
+}
+
+TEST(UpdateInForward, BadCombinationsAreOneLineAndExitTwo) {
+  for (auto [args, message] :
+       {std::pair<std::string, std::string>{"--procs 2 --ready-order-share 0", "--ready-order-share must be in (0, 1]"},
+        {"--procs 2 --ready-order-share 1.5", "--ready-order-share must be in (0, 1]"},
+        {"--procs 2 --ready-order-share 0.5", "without --update-in-forward"},
+        {"--procs 2 --update-in-forward --nonfinite skip", "--nonfinite skip needs them all first"},
+        {"--update-in-forward", "--update-in-forward defers DDP's bucket updates: it needs data parallelism"}}) {
+    Outcome o = run("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
+    EXPECT_EQ(o.code, 2) << args << ": " << o.out;
+    EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
+  }
+}
+
+}  // namespace
+}  // namespace vitddp
