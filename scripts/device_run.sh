@@ -44,12 +44,14 @@ fi
 if [ "${RESUME_CHECK:-0}" = 1 ]; then
   bash scripts/gpu_resume_check.sh build-gpu > "$OUT/resume_check.log" 2>&1; grep -E "resume \[|failed" "$OUT/resume_check.log"
 fi
-# TRACE_RUNS="P2P_DISABLE:BUCKET_MB[:PRECISION[:HOOK]] ...": 2-GPU runs with --trace; the analysis goes to the log.
+# TRACE_RUNS="P2P_DISABLE:BUCKET_MB[:PRECISION[:HOOK[:NAME:FLAGS]]] ...": 2-GPU runs with --trace; the analysis goes
+# to the log. FLAGS: more train flags, comma-separated (e.g. "uif:--update-in-forward,--ready-order-share=0.4").
 for spec in ${TRACE_RUNS:-}; do
-  IFS=: read -r p2p mb prec hook <<< "$spec"
-  name="trace_p2p${p2p}_b${mb}_${prec:-fp32}_${hook:-allreduce}"
+  IFS=: read -r p2p mb prec hook tag flags <<< "$spec"
+  name="trace_p2p${p2p}_b${mb}_${prec:-fp32}_${hook:-allreduce}${tag:+_$tag}"
   NCCL_P2P_DISABLE=$p2p build-gpu/bin/train --gpus 2 --data gpu --precision "${prec:-fp32}" --hook "${hook:-allreduce}" \
-    --bucket-mb "$mb" --warmup 10 --steps 20 --print-every 0 --timeout 60 --trace "$OUT/$name.json" > "$OUT/$name.log" 2>&1
+    --bucket-mb "$mb" --warmup 10 --steps 20 --print-every 0 --timeout 60 ${flags//,/ } --trace "$OUT/$name.json" \
+    > "$OUT/$name.log" 2>&1
   echo "$name exit $?"; grep -E "^summary|mean over" "$OUT/$name.log"
 done
 # DDP_BREAKDOWNS="P2P_DISABLE:BUCKET_MB:PRECISION:HOOK:RANK ...": 2-GPU runs with --op-breakdown (GPU time per op

@@ -444,9 +444,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   // Summed over ranks each step (DDP only; one process reads g_stop_signal directly).
   Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
+  std::shared_ptr<Work> stop_work;  // the step's stop-flag all-reduce, waited for when the step ends
   auto reduce_stop_flag = [&] {
     stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
-    ddp.group->allreduce(stop_flag, ReduceOp::kSum)->wait();
+    stop_work = ddp.group->allreduce(stop_flag, ReduceOp::kSum);
   };
   // --trace: every step's phases and buckets (train/step_tracer.h); `tracing` is null when off.
   std::unique_ptr<StepTracer> tracer;
@@ -529,8 +530,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       if (overlapped) {
         overlapped->flush();  // parameters the forward did not use, before backward rewrites their gradients
         if (micro == 0) nonfinite_done.copy_(nonfinite.flag());  // the last step's updates have all run
-        // The stop request goes before this step's buckets on the communication stream: waited
-        // for at the end of the step, it must not wait for them (Note [Stopping on a signal]).
+        // The stop request goes before this step's buckets on the communication stream, so that
+        // waiting for it at the end of the step does not wait for them (Note [Stopping on a signal]).
         if (sync && ddp.group) reduce_stop_flag();
       }
       if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
@@ -614,7 +615,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     step_range.end();
     if (tracing) tracing->end_step();
     // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
-    if (ddp.group && !overlapped) reduce_stop_flag();  // with `overlapped`, before backward
+    if (ddp.group && !overlapped) reduce_stop_flag();  // with `overlapped`, issued before backward
+    if (stop_work) {
+      stop_work->wait();
+      stop_work.reset();
+    }
     clock->end_step(step, loss, overlapped ? nonfinite_done : nonfinite.flag(), stop_flag);
     ended_through = step;
 #if VITDDP_WITH_CUDA
