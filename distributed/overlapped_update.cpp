@@ -19,7 +19,8 @@ namespace vitddp {
 // next forward needs first launched first (Note [Launch order] in reducer.cpp), the forward of
 // the first layers runs while the later layers' gradients are still on the wire.
 //
-// The result is the same update, element by element, as finalize() + step(): bit-identical
+// Buckets launched in ready order before others sent after backward are updated at the end of
+// backward instead (see after_backward()). The result is the same update, element by element, as finalize() + step(): bit-identical
 // weights. What it asks of the caller: nothing reads or saves weights, and no backward writes
 // gradients, while updates are pending (flush() first); the non-finite report of a step is
 // complete only once its updates are (the trainer reads it after the flush); --nonfinite skip,
@@ -39,6 +40,13 @@ void OverlappedUpdate::after_backward() {
   optimizer_.begin_step();
   pending_.assign(reducer_.buckets().size(), true);  // the buckets may have been rebuilt
   pending_count_ = pending_.size();
+  // With buckets sent after backward (Note [Launch order]), the next forward first waits for the
+  // first of those, which the communication stream runs after every bucket launched in ready
+  // order: updating those now costs the GPU nothing, and takes their updates out of the end of
+  // the next forward, which runs after the link's last bucket.
+  const size_t in_ready_order = reducer_.ready_order_launches();
+  if (in_ready_order < pending_.size())
+    for (size_t k = 0; k < in_ready_order; ++k) apply(reducer_.launch_order()[k]);
 }
 
 const std::vector<size_t>& OverlappedUpdate::params_of(const Module& module) {

@@ -3,7 +3,8 @@
 // See Note [Updates in the next forward] in overlapped_update.cpp.
 //
 //   after_backward()  after a synchronised backward, instead of reducer.finalize() and
-//                     optimizer.step(): the buckets stay in flight, every update pending
+//                     optimizer.step(): the buckets stay in flight, their updates pending (but
+//                     for those launched in ready order when others follow them, applied now)
 //   (forward)         the model's forward pre-hook applies a bucket's update (waiting for its
 //                     communication) when a module about to run owns one of its parameters
 //   flush()           every pending update, before backward, before reading or saving weights

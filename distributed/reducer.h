@@ -81,6 +81,8 @@ class Reducer {
   size_t bucket_of(size_t param) const { return bucket_of_[param]; }
   // Bucket indices in the order their communication is launched (Note [Launch order]).
   const std::vector<size_t>& launch_order() const { return launch_order_; }
+  // How many of those launch in index (ready) order; the rest go after backward, last first.
+  size_t ready_order_launches() const { return in_index_order_; }
 
   // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.
   void set_sync(bool sync) { sync_ = sync; }

@@ -523,7 +523,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         batch = batches->next();
       }
       TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
+      // With --update-in-forward the last buckets' all-reduce runs beside the forward too.
+      std::optional<GemmSmCarveout> forward_carveout;
+      if (overlapped) forward_carveout.emplace(device, config.sm_carveout);
       Tensor logits = model.forward(batch.images.to(compute_dtype));
+      forward_carveout.reset();
       // The loss runs in f32 whatever the compute dtype, as autocast does.
       Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
       forward_range.end();
@@ -546,7 +550,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         // time the compute stream spends waiting for communication counts as exposed.
         TracedPhase phase(tracing, kTraceBackward, NvtxColor::kBackward);
         {
-          // Communication runs beside backward only: forward keeps the whole device.
+          // Communication runs beside backward (and, with --update-in-forward, the next forward).
           GemmSmCarveout carveout(device, ddp.reducer && sync ? config.sm_carveout : 0);
           loss.backward();
         }
