@@ -5,7 +5,7 @@
 //   prepare_for_backward()  before each backward: every parameter pending
 //   mark_ready(i)            from parameter i's gradient-ready hook
 //   finalize()               after backward: unused parameters, wait for every bucket
-// or, to use each bucket as soon as it is done (train/forward_overlapped_update.h):
+// or, to use each bucket as soon as it is done (distributed/overlapped_update.h):
 //   finalize_deferred()      after backward: unused parameters; no waits
 //   wait_bucket(b)           each bucket, before its gradients are read (or wait_all())
 #pragma once

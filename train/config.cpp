@@ -53,7 +53,7 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"update-in-forward", &c.update_in_forward,
        "DDP: the step ends when backward is issued; each bucket's optimizer update is applied when the next "
        "forward first uses its parameters, after its all-reduce only, so communication runs on beside the next "
-       "forward (weights bit-identical to the plain update; needs --nonfinite stop)"},
+       "forward (weights bit-identical to the plain update at --sm-carveout 0; needs --nonfinite stop)"},
       {"ready-order-share", &c.ready_order_share,
        "DDP: share of the gradient bytes all-reduced in the order backward makes them ready; the remaining buckets "
        "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "

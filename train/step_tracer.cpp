@@ -152,10 +152,11 @@ void StepTracer::end_step() {
   end_interval(step_interval_);
 }
 
-void StepTracer::read_completed_steps() {
-  // Steps before this one have run to completion on the GPU (StepClock waited for them, and a
-  // step's comm work ends before its compute does): read them without stalling.
-  while (pending_.size() > 1) {
+void StepTracer::read_completed_steps(size_t keep_newest) {
+  // All but the newest `keep_newest` steps have run to completion on the GPU (StepClock waited
+  // for them, and a step's comm work ends before its compute does, or, with updates in the
+  // next forward, before the next step's compute does): read them without stalling.
+  while (pending_.size() > keep_newest) {
     resolve(pending_.front());
     pending_.erase(pending_.begin());
   }

@@ -42,9 +42,9 @@ class StepTracer final : public BucketObserver {
   void begin_step(int64_t step);
   // Marks the step's end on the compute stream.
   void end_step();
-  // Reads the marks of the steps before the current one. On a GPU it waits for their events:
-  // call it once StepClock has waited for the previous step, and it never stalls.
-  void read_completed_steps();
+  // Reads the marks of the steps before the newest `keep_newest`. On a GPU it waits for their
+  // events: call it once StepClock has waited for the step before those, and it never stalls.
+  void read_completed_steps(size_t keep_newest = 1);
 
   // A compute-stream interval of the current step, from begin to end (name: kTraceForward, ...).
   size_t begin_interval(const std::string& name);

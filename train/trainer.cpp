@@ -412,10 +412,16 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   result.model = run.model;
   result.parameters = run.model.parameter_count();
   result.world_size = world;
-  if (ddp.reducer)
-    out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), " << ddp.reducer->buckets().size()
-        << " buckets of <= " << config.bucket_mb << " MB, hook " << ddp.reducer->hook().name()
-        << (config.grad_as_bucket_view ? ", gradients as bucket views" : "") << "\n";
+  if (ddp.reducer) {
+    out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), "
+        << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB, hook "
+        << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
+        << (config.update_in_forward ? ", updates in the next forward" : "");
+    if (ddp.reducer->ready_order_launches() < ddp.reducer->buckets().size())
+      out << ", " << ddp.reducer->ready_order_launches() << " buckets launched in ready order and the rest after "
+          << "backward, the first layers' first";
+    out << "\n";
+  }
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device
       << ", batch " << config.batch_size << ", " << config.precision << ", " << config.warmup << " warm-up + "
       << config.steps << " steps, " << optimizer->name() << " lr " << config.lr << ", data " << config.data << "\n"
@@ -629,8 +635,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_last) cuda::profiler_stop();
 #endif
-    report_through(step - 1);  // waits for step - 1, so its stop request is known
-    if (tracing) tracing->read_completed_steps();  // step - 1 has run
+    // Waits for step - 1, so its stop request is known. With `overlapped` a step's non-finite
+    // report is copied in the next step, so steps are reported one later (a wait for the step
+    // just issued would leave the GPU idle while the host issues the next), and step - 1's
+    // communication may still run beside the step just issued.
+    report_through(overlapped ? step - 2 : step - 1);
+    if (tracing) tracing->read_completed_steps(overlapped ? 2 : 1);  // earlier steps have run
     if (ddp.reducer && ddp.reducer->rebuilds() > 0 && !told_rebuild) {
       out << "buckets rebuilt from the order gradients arrived in: " << ddp.reducer->buckets().size() << " buckets\n";
       told_rebuild = true;
@@ -676,6 +686,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     auto whole_step = [&] {  // with its updates applied, so that its flag can be read
       Tensor loss = train_step();
       if (overlapped) overlapped->flush();
+      if (stop_work) {  // issued before its backward (not read: the run is ending)
+        stop_work->wait();
+        stop_work.reset();
+      }
       return loss;
     };
     result.op_breakdown = op_breakdown(whole_step, stop_if_bad, ddp.group.get(), out);

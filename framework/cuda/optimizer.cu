@@ -122,6 +122,7 @@ void dispatch_buffers(const FlatBuffers& b, Fn&& fn) {
 
 void reset_nonfinite_report(int64_t* report) {
   if (!report) return;
+  OpScope scope("optimizer");
   reset_report_kernel<<<1, 1, 0, current_stream()>>>(report);
   CUDA_CHECK_LAUNCH();
 }

@@ -55,6 +55,7 @@ class AdamW final : public Optimizer {
   void update(int64_t begin, int64_t end) override {
     VITDDP_ASSERT(0 <= begin && begin <= end && end <= arena_.numel(), "adamw: update range outside the arena");
     if (skipped_) return;
+    VITDDP_ASSERT(step_count_ > 0, "update() before the first begin_step()");
     float* p = arena_.flat_master().data<float>();  // (numel)
     float* m = exp_avg_.data<float>();
     float* v = exp_avg_sq_.data<float>();

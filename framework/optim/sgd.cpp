@@ -51,6 +51,7 @@ class Sgd final : public Optimizer {
   void update(int64_t begin, int64_t end) override {
     VITDDP_ASSERT(0 <= begin && begin <= end && end <= arena_.numel(), "sgd: update range outside the arena");
     if (skipped_) return;
+    VITDDP_ASSERT(step_count_ > 0, "update() before the first begin_step()");
     float* p = arena_.flat_master().data<float>();  // (numel)
     float* buf = momentum_.defined() ? momentum_.data<float>() : nullptr;
     const float lr = static_cast<float>(lr_), mu = static_cast<float>(config_.momentum),

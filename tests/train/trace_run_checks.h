@@ -66,7 +66,10 @@ inline TracedRun traced_steps(const nlohmann::json& doc) {
 
 // `slack_us`: clock slack allowed between marks taken on different streams. `buckets`: how many
 // each step has; 0: any number (the reducer may rebuild its buckets after the first step).
-inline void check_traced_run(const nlohmann::json& doc, int ranks, int64_t steps, size_t buckets, double slack_us) {
+// `in_index_order`: launches in index order before the rest go from the last bucket down
+// (Note [Launch order]; by default all in index order).
+inline void check_traced_run(const nlohmann::json& doc, int ranks, int64_t steps, size_t buckets, double slack_us,
+                             size_t in_index_order = SIZE_MAX) {
   TracedRun run = traced_steps(doc);
   ASSERT_EQ(run.size(), static_cast<size_t>(ranks * steps)) << "one entry per rank and step";
   for (const auto& [key, s] : run) {
@@ -83,7 +86,15 @@ inline void check_traced_run(const nlohmann::json& doc, int ranks, int64_t steps
       EXPECT_LE(b.ready, b.start + slack_us) << "bucket " << i << " started before it was ready";
       EXPECT_LE(b.start, b.end) << "bucket " << i;
       EXPECT_GE(b.ready, s.backward_start - slack_us) << "bucket " << i << " ready before backward began";
-      if (i > 0) EXPECT_LE(s.buckets[i - 1].start, b.start + slack_us) << "launches out of index order at " << i;
+      if (i > 0 && i < in_index_order)
+        EXPECT_LE(s.buckets[i - 1].start, b.start + slack_us) << "launches out of index order at " << i;
+      if (i > in_index_order)
+        EXPECT_LE(b.start, s.buckets[i - 1].start + slack_us) << "the last buckets go from the last down, at " << i;
+    }
+    const size_t n = s.buckets.size();
+    if (in_index_order > 0 && in_index_order < n) {
+      EXPECT_LE(s.buckets[in_index_order - 1].start, s.buckets[n - 1].start + slack_us)
+          << "the last bucket goes after the ready-order ones";
     }
   }
   const auto& steps_json = doc["vitddp"]["steps"];

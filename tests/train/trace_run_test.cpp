@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "common/multiprocess.h"
 #include "common/train_process.h"
 #include "trace_run_checks.h"
 
@@ -32,6 +33,27 @@ TEST(TraceRun, TwoGlooRanksEveryStepPhaseAndBucket) {
   testing::check_traced_run(doc, /*ranks=*/2, /*steps=*/4, buckets, /*slack_us=*/0.0);
   EXPECT_FALSE(fs::exists(path + ".rank-1.json")) << "the per-rank part is merged and removed";
   fs::remove_all(dir);
+}
+
+// With the updates in the next forward a step's communication ends in the next step: the
+// tracer reads each step once the one after it has run, and every step and bucket is there.
+TEST(TraceRun, UpdatesInTheNextForwardTraceEveryStepAndBucket) {
+  testing::TempFolder dir("vitddp_trace_uif");
+  const std::string path = (dir / "trace.json").string();
+  testing::TrainOutcome o = testing::run_train(
+      "", "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 1 --steps 4 --bucket-mb 0.05 "
+          "--update-in-forward --ready-order-share 0.4 --print-every 1 --trace " + path);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("trace: " + path + ": mean over 8 rank-steps"), std::string::npos) << o.out;
+  for (int step = 1; step <= 5; ++step)
+    EXPECT_NE(o.out.find("step    " + std::to_string(step) + "/5"), std::string::npos) << "step " << step << "\n" << o.out;
+  // 8 buckets, of which the first 3 hold 0.4 of the bytes (the run prints it).
+  EXPECT_NE(o.out.find("8 buckets of <= 0.05 MB, hook allreduce, gradients as bucket views, updates in the next "
+                       "forward, 3 buckets launched in ready order and the rest after backward"),
+            std::string::npos)
+      << o.out;
+  testing::check_traced_run(testing::read_trace(path), /*ranks=*/2, /*steps=*/5, /*buckets=*/8, /*slack_us=*/0.0,
+                            /*in_index_order=*/3);
 }
 
 TEST(TraceRun, UnwritablePathFailsBeforeAnythingRuns) {
