@@ -54,14 +54,15 @@ for spec in ${TRACE_RUNS:-}; do
     > "$OUT/$name.log" 2>&1
   echo "$name exit $?"; grep -E "^summary|mean over" "$OUT/$name.log"
 done
-# DDP_BREAKDOWNS="P2P_DISABLE:BUCKET_MB:PRECISION:HOOK:RANK ...": 2-GPU runs with --op-breakdown (GPU time per op
-# type of one step, the hook's kernels included, and the host's issue time against the GPU's).
+# DDP_BREAKDOWNS="P2P_DISABLE:BUCKET_MB:PRECISION:HOOK:RANK[:NAME:FLAGS] ...": 2-GPU runs with --op-breakdown (GPU time
+# per op type of one step, the hook's kernels included, and the host's issue time against the GPU's); FLAGS: more
+# train flags, comma-separated.
 for spec in ${DDP_BREAKDOWNS:-}; do
-  IFS=: read -r p2p mb prec hook rank <<< "$spec"
-  name="ddp_breakdown_p2p${p2p}_b${mb}_${prec}_${hook}${rank:+_r$rank}"
+  IFS=: read -r p2p mb prec hook rank tag flags <<< "$spec"
+  name="ddp_breakdown_p2p${p2p}_b${mb}_${prec}_${hook}${rank:+_r$rank}${tag:+_$tag}"
   NCCL_P2P_DISABLE=$p2p build-gpu/bin/train --gpus 2 --data gpu --precision "$prec" --hook "$hook" --bucket-mb "$mb" \
-    ${rank:+--powersgd-rank "$rank"} --warmup 10 --steps 10 --print-every 0 --timeout 60 --op-breakdown \
-    > "$OUT/$name.log" 2>&1; echo "$name exit $?"; grep -E "^summary|host against|powersgd|  [a-z_]+ .* ms " "$OUT/$name.log" | head -24
+    ${rank:+--powersgd-rank "$rank"} --warmup 10 --steps 30 --print-every 0 --timeout 60 --op-breakdown ${flags//,/ } \
+    > "$OUT/$name.log" 2>&1; echo "$name exit $?"; grep -E "^summary|host against|of which|powersgd|  [a-z_]+ .* ms " "$OUT/$name.log" | head -24
 done
 # ONE_GPU_RUNS="NAME:PRECISION:FLAGS ...": one-GPU runs (10 + 30 steps) for A/B comparisons in one call, FLAGS
 # comma-separated (e.g. "seq:fp32:--concurrent-wgrad=false top32:fp32:--gemm-candidates=32"); each tunes its GEMMs
