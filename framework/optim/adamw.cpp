@@ -32,30 +32,16 @@ class AdamW final : public Optimizer {
 
   // The step's constants, fixed for all of its ranges.
   void begin_step() override {
-    // On the CPU a skipped step does not count (on the GPU the kernel skips, and it counts).
-    skipped_ = skip_on_host();
-    if (skipped_) return;
-    ++step_count_;
+    if (!begin_counted_step()) return;
     const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_count_));
     const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_count_));
     step_size_ = static_cast<float>(lr_ / bc1);
     inv_sqrt_bc2_ = static_cast<float>(1.0 / std::sqrt(bc2));
     decay_ = static_cast<float>(1.0 - lr_ * config_.weight_decay);
-    if (int64_t* report = report_flag()) {
-      if (arena_.device().is_cuda()) {
-#if VITDDP_WITH_CUDA
-        cuda::reset_nonfinite_report(report);
-#endif
-      } else {
-        *report = kNoNonfinite;
-      }
-    }
   }
 
   void update(int64_t begin, int64_t end) override {
-    VITDDP_ASSERT(0 <= begin && begin <= end && end <= arena_.numel(), "adamw: update range outside the arena");
-    if (skipped_) return;
-    VITDDP_ASSERT(step_count_ > 0, "update() before the first begin_step()");
+    if (!update_runs(begin, end)) return;
     float* p = arena_.flat_master().data<float>();  // (numel)
     float* m = exp_avg_.data<float>();
     float* v = exp_avg_sq_.data<float>();
@@ -90,7 +76,6 @@ class AdamW final : public Optimizer {
   Tensor exp_avg_;     // (numel) f32
   Tensor exp_avg_sq_;  // (numel) f32
   float step_size_ = 0, inv_sqrt_bc2_ = 1, decay_ = 1;  // this step's (begin_step)
-  bool skipped_ = false;                                 // this step, on the CPU
 };
 
 }  // namespace

@@ -69,6 +69,12 @@ class Optimizer {
  protected:
   // CPU: whether the flag says to skip (reads it; the CPU has nothing to wait for).
   bool skip_on_host() const;
+  // What every begin_step() starts with: on the CPU a skipped step does not count (on the GPU
+  // the kernel skips, and it counts); else the step count advances and the non-finite report
+  // is cleared. Returns false when the step is skipped.
+  bool begin_counted_step();
+  // Checks an update range against the arena's size; false when this step is skipped.
+  bool update_runs(int64_t begin, int64_t end) const;
   const int64_t* device_skip_flag() const { return skip_flag_.defined() ? skip_flag_.data<int64_t>() : nullptr; }
   int64_t* report_flag() const { return report_flag_.defined() ? report_flag_.data<int64_t>() : nullptr; }
 
@@ -76,6 +82,7 @@ class Optimizer {
   double lr_ = 0;
   Tensor skip_flag_;
   Tensor report_flag_;  // see set_nonfinite_report
+  bool skipped_ = false;  // this step, on the CPU (begin_counted_step)
 };
 
 // PyTorch's SGD (dampening 0, no Nesterov): g += wd * p; buf = momentum * buf + g; p -= lr * buf.

@@ -32,29 +32,16 @@ class Sgd final : public Optimizer {
 
   int64_t size() const override { return arena_.numel(); }
 
+  // The learning rate of the step, fixed for all of its ranges.
   void begin_step() override {
-    // On the CPU a skipped step does not count (on the GPU the kernel skips, and it counts).
-    skipped_ = skip_on_host();
-    if (skipped_) return;
-    ++step_count_;
-    if (int64_t* report = report_flag()) {
-      if (arena_.device().is_cuda()) {
-#if VITDDP_WITH_CUDA
-        cuda::reset_nonfinite_report(report);
-#endif
-      } else {
-        *report = kNoNonfinite;
-      }
-    }
+    if (begin_counted_step()) step_lr_ = static_cast<float>(lr_);
   }
 
   void update(int64_t begin, int64_t end) override {
-    VITDDP_ASSERT(0 <= begin && begin <= end && end <= arena_.numel(), "sgd: update range outside the arena");
-    if (skipped_) return;
-    VITDDP_ASSERT(step_count_ > 0, "update() before the first begin_step()");
+    if (!update_runs(begin, end)) return;
     float* p = arena_.flat_master().data<float>();  // (numel)
     float* buf = momentum_.defined() ? momentum_.data<float>() : nullptr;
-    const float lr = static_cast<float>(lr_), mu = static_cast<float>(config_.momentum),
+    const float lr = step_lr_, mu = static_cast<float>(config_.momentum),
                 wd = static_cast<float>(config_.weight_decay);
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
@@ -85,7 +72,7 @@ class Sgd final : public Optimizer {
   ParamArena& arena_;
   SgdConfig config_;
   Tensor momentum_;  // (numel) f32, only with momentum
-  bool skipped_ = false;  // this step, on the CPU (begin_step)
+  float step_lr_ = 0;  // this step's (begin_step)
 };
 
 }  // namespace
