@@ -1,7 +1,5 @@
 #include "distributed/overlapped_update.h"
 
-#include <algorithm>
-
 #include "framework/core/error.h"
 #include "framework/core/nvtx.h"
 
@@ -26,7 +24,7 @@ namespace vitddp {
 // complete only once its updates are (the trainer reads it after the flush); --nonfinite skip,
 // which scans every gradient before any update, does not combine with it.
 OverlappedUpdate::OverlappedUpdate(Reducer& reducer, Optimizer& optimizer, const ParamArena& arena, Module& model)
-    : reducer_(reducer), optimizer_(optimizer), arena_(arena), model_(model) {
+    : reducer_(reducer), optimizer_(optimizer), model_(model) {
   for (size_t i = 0; i < arena.size(); ++i) param_at_[arena.named_params()[i].second.data_ptr()] = i;
   model_.set_forward_pre_hook([this](const Module& module) { before_forward(module); });
 }
@@ -75,26 +73,12 @@ void OverlappedUpdate::flush() {
     if (pending_[b]) apply(b);
 }
 
-// A bucket's parameters, as ranges of the arena: one range when its gradients are back to
-// back (a bucket view; alignment padding between them is updated along, and stays zero).
+// The gradient buffer's layout is the arena's (the reducer's offsets are arena offsets), so a
+// bucket's ranges of the one are its ranges of the other: one update for a bucket view.
 void OverlappedUpdate::apply(size_t b) {
   NvtxRange range(nvtx_update_name(static_cast<int>(b)), NvtxColor::kOptimizer);
   reducer_.wait_bucket(b);
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (size_t i : reducer_.buckets()[b].params)
-    ranges.emplace_back(arena_.offset_of(i), arena_.offset_of(i) + arena_.named_params()[i].second.numel());
-  std::sort(ranges.begin(), ranges.end());
-  int64_t begin = ranges.front().first, end = ranges.front().second;
-  for (size_t k = 1; k < ranges.size(); ++k) {
-    if (ranges[k].first - end < 16) {  // the arena's alignment gap, or none
-      end = ranges[k].second;
-      continue;
-    }
-    optimizer_.update(begin, end);
-    begin = ranges[k].first;
-    end = ranges[k].second;
-  }
-  optimizer_.update(begin, end);
+  for (const auto& [begin, end] : reducer_.flat_ranges(b)) optimizer_.update(begin, end);
   pending_[b] = false;
   --pending_count_;
 }

@@ -43,7 +43,6 @@ class OverlappedUpdate {
 
   Reducer& reducer_;
   Optimizer& optimizer_;
-  const ParamArena& arena_;
   Module& model_;
   std::unordered_map<const void*, size_t> param_at_;                 // data pointer -> arena index
   std::unordered_map<const Module*, std::vector<size_t>> own_params_;  // a module's own, as arena indices

@@ -217,34 +217,40 @@ void Reducer::wait_all() {
   for (size_t b : launch_order_) wait_bucket(b);
 }
 
-void Reducer::check_rebuild() {
-  if (options_.rebuild_buckets && !order_checked_) rebuild_from_ready_order();
+std::vector<std::pair<int64_t, int64_t>> Reducer::flat_ranges(size_t b) const {
+  VITDDP_ASSERT(b < state_.size(), "flat_ranges: no bucket ", b);
+  const BucketInfo& info = state_[b].info;
+  const int64_t first = params_[info.params.front()].offset;
+  if (info.is_view) return {{first, first + info.numel}};  // back to back (contiguous_in_arena)
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t i : info.params) ranges.emplace_back(params_[i].offset, params_[i].offset + params_[i].tensor.numel());
+  return ranges;
+}
+
+bool Reducer::rebuild_pending() const { return options_.rebuild_buckets && !order_checked_; }
+
+void Reducer::wait_all_then_rebuild() {
+  deferred_ = false;
+  wait_all();
+  if (rebuild_pending()) rebuild_from_ready_order();
 }
 
 void Reducer::finalize() {
   if (!sync_) return;
   finish_backward();
-  deferred_ = false;
-  wait_all();
-  check_rebuild();
+  wait_all_then_rebuild();
 }
 
 void Reducer::finalize_deferred() {
   if (!sync_) return;
   finish_backward();
   // The rebuild replaces the buckets: nothing of the old ones may stay in flight.
-  if (options_.rebuild_buckets && !order_checked_) return finalize_rebuilding();
+  if (rebuild_pending()) return wait_all_then_rebuild();
   deferred_ = true;
   // An observer hears now, when the waits are left to the caller (on the GPU it reads the
   // communication stream's own marks; on the CPU this is when the backward ended).
   if (observer_)
     for (const Bucket& b : state_) observer_->bucket_finished(b.view.index, b.info);
-}
-
-void Reducer::finalize_rebuilding() {
-  deferred_ = false;
-  wait_all();
-  check_rebuild();
 }
 
 // Note [Bucket rebuild]

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/bucketing.h"
@@ -79,6 +80,10 @@ class Reducer {
   void wait_all();
   // The bucket holding parameter i's gradient.
   size_t bucket_of(size_t param) const { return bucket_of_[param]; }
+  // Element ranges [begin, end) of the flat gradient buffer that hold bucket b's gradients: one
+  // for a bucket view (alignment padding inside it included, which stays zero), else one per
+  // parameter.
+  std::vector<std::pair<int64_t, int64_t>> flat_ranges(size_t b) const;
   // Bucket indices in the order their communication is launched (Note [Launch order]).
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // How many of those launch in index (ready) order; the rest go after backward, last first.
@@ -116,8 +121,8 @@ class Reducer {
   void launch_ready_buckets();
   void plan_launch_order();
   void finish_backward();
-  void check_rebuild();
-  void finalize_rebuilding();
+  bool rebuild_pending() const;
+  void wait_all_then_rebuild();
   void launch(Bucket& bucket);
   void copy_out(Bucket& bucket);
 

@@ -455,6 +455,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
     stop_work = ddp.group->allreduce(stop_flag, ReduceOp::kSum);
   };
+  auto wait_stop_flag = [&] {
+    if (!stop_work) return;
+    stop_work->wait();
+    stop_work.reset();
+  };
   // --trace: every step's phases and buckets (train/step_tracer.h); `tracing` is null when off.
   std::unique_ptr<StepTracer> tracer;
   if (!config.trace.empty()) {
@@ -626,10 +631,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     if (tracing) tracing->end_step();
     // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
     if (ddp.group && !overlapped) reduce_stop_flag();  // with `overlapped`, issued before backward
-    if (stop_work) {
-      stop_work->wait();
-      stop_work.reset();
-    }
+    wait_stop_flag();
     clock->end_step(step, loss, overlapped ? nonfinite_done : nonfinite.flag(), stop_flag);
     ended_through = step;
 #if VITDDP_WITH_CUDA
@@ -686,10 +688,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     auto whole_step = [&] {  // with its updates applied, so that its flag can be read
       Tensor loss = train_step();
       if (overlapped) overlapped->flush();
-      if (stop_work) {  // issued before its backward (not read: the run is ending)
-        stop_work->wait();
-        stop_work.reset();
-      }
+      wait_stop_flag();  // issued before its backward (not read: the run is ending)
       return loss;
     };
     result.op_breakdown = op_breakdown(whole_step, stop_if_bad, ddp.group.get(), out);

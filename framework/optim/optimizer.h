@@ -38,8 +38,9 @@ class Optimizer {
   // step count, fixes the learning rate and bias corrections the ranges use, and clears the
   // non-finite report, which each range then lowers to the smallest bad element index of the
   // whole arena. update(begin, end) applies that step to arena elements [begin, end); the ranges
-  // of one step must not overlap, and together they must cover the arena before the next
-  // begin_step(). Elementwise updates make the result bit-identical to one step().
+  // of one step must not overlap, and together they must cover every parameter before the next
+  // begin_step() (the arena's alignment padding may be left out: it stays zero either way).
+  // Elementwise updates make the result bit-identical to one step().
   virtual void begin_step() = 0;
   virtual void update(int64_t begin, int64_t end) = 0;
   // Elements of the arena it updates.
@@ -75,6 +76,9 @@ class Optimizer {
   bool begin_counted_step();
   // Checks an update range against the arena's size; false when this step is skipped.
   bool update_runs(int64_t begin, int64_t end) const;
+  // CPU: lowers the report flag (if any) to the first non-finite gradient in [begin, end) of
+  // `grads`, an arena index. The scan is a pass of its own, before the update: the same answer.
+  void report_nonfinite_on_host(const float* grads, int64_t begin, int64_t end) const;
   const int64_t* device_skip_flag() const { return skip_flag_.defined() ? skip_flag_.data<int64_t>() : nullptr; }
   int64_t* report_flag() const { return report_flag_.defined() ? report_flag_.data<int64_t>() : nullptr; }
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "framework/core/error.h"
 #include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
@@ -25,6 +27,13 @@ bool Optimizer::begin_counted_step() {
     }
   }
   return true;
+}
+
+void Optimizer::report_nonfinite_on_host(const float* grads, int64_t begin, int64_t end) const {
+  int64_t* report = report_flag();
+  if (!report) return;
+  const int64_t found = first_nonfinite_index(grads + begin, end - begin);
+  if (found != kNoNonfinite) *report = std::min(*report, begin + found);
 }
 
 bool Optimizer::update_runs(int64_t begin, int64_t end) const {

@@ -1,10 +1,7 @@
 // SGD with momentum and weight decay over the arena's flat buffers: one loop on the CPU, one
 // fused launch on the GPU.
-#include <algorithm>
-
 #include "framework/core/error.h"
 #include "framework/optim/flat_buffers.h"
-#include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/optimizer.h"
@@ -52,11 +49,7 @@ class Sgd final : public Optimizer {
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "sgd: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(arena_.flat_grads().data_ptr());
-    // On the CPU the scan is a pass of its own, before the update: the same answer.
-    if (int64_t* report = report_flag()) {
-      const int64_t found = first_nonfinite_index(g + begin, end - begin);
-      if (found != kNoNonfinite) *report = std::min(*report, begin + found);
-    }
+    report_nonfinite_on_host(g, begin, end);
     for (int64_t i = begin; i < end; ++i) {
       float d = g[i] + wd * p[i];
       if (buf) {

@@ -6,8 +6,7 @@
 
 #include <cstring>
 
-#include "common/fake_group.h"
-#include "common/test_utils.h"
+#include "common/tiny_ddp.h"
 #include "distributed/overlapped_update.h"
 #include "distributed/reducer.h"
 #include "framework/nn/param_arena.h"
@@ -18,36 +17,22 @@
 namespace vitddp {
 namespace {
 
-using testing::FakeGroup;
+ReducerOptions options_with_share(double share) {
+  ReducerOptions options;
+  options.bucket_cap_bytes = 40000;
+  options.first_bucket_cap_bytes = 5000;
+  options.ready_order_share = share;
+  options.rebuild_buckets = false;
+  return options;
+}
 
-struct DdpRun {
-  VisionTransformer model{vit_config_by_name("vit_tiny"), 4};
-  NamedTensors params = model.named_parameters();
-  ParamArena arena{params, Device::cpu()};
-  FakeGroup group;
-  std::unique_ptr<Reducer> reducer;
+// The reducer's test setting with an optimizer over its arena.
+struct DdpRun : testing::TinyDdp {
   std::unique_ptr<Optimizer> optimizer;
 
-  DdpRun(double share, const std::string& optimizer_name) {
-    Generator gen(1);
-    for (auto& [name, p] : params) fill_uniform(p, gen, -0.2, 0.2);
-    std::vector<ReducerParam> rp;
-    for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
-    ReducerOptions options;
-    options.bucket_cap_bytes = 40000;
-    options.first_bucket_cap_bytes = 5000;
-    options.ready_order_share = share;
-    options.rebuild_buckets = false;
-    reducer = std::make_unique<Reducer>(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
-    for (size_t i = 0; i < params.size(); ++i)
-      params[i].second.register_grad_ready_hook([this, i](const Tensor&) { reducer->mark_ready(i); });
+  DdpRun(double share, const std::string& optimizer_name) : TinyDdp(options_with_share(share)) {
     optimizer = optimizer_name == "sgd" ? make_sgd(arena, SgdConfig{0.05, 0.9, 0.01})
                                         : make_adamw(arena, AdamWConfig{0.01, 0.9, 0.999, 1e-8, 0.05});
-  }
-  Tensor loss(uint64_t seed) {
-    Generator gen(seed);
-    Tensor images = testing::random_tensor({2, 3, 32, 32}, gen, DType::kF32);
-    return cross_entropy(model.forward(images), Tensor::from_vector_i64({1, 7}, {2}));
   }
 };
 

@@ -3,7 +3,7 @@
 // launches during backward, views vs copies, unused parameters.
 #include <gtest/gtest.h>
 
-#include "common/fake_group.h"
+#include "common/tiny_ddp.h"
 #include "common/test_utils.h"
 #include "distributed/reducer.h"
 #include "framework/nn/param_arena.h"
@@ -18,29 +18,7 @@ namespace {
 
 using testing::FakeGroup;
 
-struct DdpFixture {
-  VisionTransformer model{vit_config_by_name("vit_tiny"), 4};
-  NamedTensors params = model.named_parameters();
-  ParamArena arena{params, Device::cpu()};
-  FakeGroup group;
-  std::unique_ptr<Reducer> reducer;
-
-  explicit DdpFixture(ReducerOptions options) {
-    Generator gen(1);
-    for (auto& [name, p] : params) fill_uniform(p, gen, -0.2, 0.2);  // a non-zero head: every gradient flows
-    std::vector<ReducerParam> rp;
-    for (size_t i = 0; i < params.size(); ++i)
-      rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
-    reducer = std::make_unique<Reducer>(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
-    for (size_t i = 0; i < params.size(); ++i)
-      params[i].second.register_grad_ready_hook([this, i](const Tensor&) { reducer->mark_ready(i); });
-  }
-  Tensor loss() {
-    Generator gen(2);
-    Tensor images = testing::random_tensor({2, 3, 32, 32}, gen, DType::kF32);
-    return cross_entropy(model.forward(images), Tensor::from_vector_i64({1, 7}, {2}));
-  }
-};
+using DdpFixture = testing::TinyDdp;
 
 std::vector<std::vector<double>> grads_of(const NamedTensors& params) {
   std::vector<std::vector<double>> out;

@@ -1,7 +1,8 @@
 // `train --update-in-forward` (Note [Updates in the next forward]) over 2 Gloo ranks: the same
 // weights, bit for bit, as the plain update (SGD with momentum, AdamW, gradient accumulation,
-// first layers' buckets sent first), checkpoints that resume exactly, a NaN that still stops
-// the run at its step, and bad combinations refused before anything starts.
+// gradients copied into buckets, first layers' buckets sent first), checkpoints that resume
+// exactly, a NaN that still stops the run at its step, and bad combinations refused before
+// anything starts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +32,8 @@ TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
   testing::TempFolder dir("vitddp_uif");
   for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
                                      std::string("--optimizer adamw --lr 0.01 --weight-decay 0.05"),
-                                     std::string("--momentum 0.9 --accumulate 2")}) {
+                                     std::string("--momentum 0.9 --accumulate 2"),
+                                     std::string("--momentum 0.9 --grad-as-bucket-view=false")}) {
     SCOPED_TRACE(setting);
     const std::string args = kRun + " --steps 4 " + setting;
     Outcome plain = run("", args + " --save " + (dir / "plain.safetensors").string());

@@ -63,9 +63,17 @@ bool is_name_list(std::string value, const std::set<std::string>& allowed) {
   return true;
 }
 
+// Empty when `value` is a whole number in [lo, hi] (at most two digits), else what it should be.
+std::string whole_number_problem(const std::string& value, int lo, int hi) {
+  return all_digits(value) && value.size() <= 2 && std::stoi(value) >= lo && std::stoi(value) <= hi
+             ? ""
+             : "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+}
+
 // Empty when `value` is fine for `name`, else what it should be.
 std::string env_value_problem(const std::string& name, const std::string& value) {
-  if (name == "NCCL_P2P_DISABLE" || name == "NCCL_SHM_DISABLE" || name == "NCCL_NVLS_ENABLE")
+  if (name == "NCCL_P2P_DISABLE" || name == "NCCL_SHM_DISABLE" || name == "NCCL_NVLS_ENABLE" ||
+      name == "NCCL_SHM_USE_CUDA_MEMCPY")  // the last: shared-memory copies by copy engines, not SM threads
     return value == "0" || value == "1" ? "" : "must be \"0\" or \"1\"";
   if (name == "NCCL_ALGO")
     return is_name_list(value, {"RING", "TREE", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT"})
@@ -78,19 +86,13 @@ std::string env_value_problem(const std::string& name, const std::string& value)
   if (name == "NCCL_CTA_POLICY")  // 0 default, 1 efficiency (fewest CTAs that keep speed, NCCL 2.27+), 2 zero (2.28+)
     return value == "0" || value == "1" || value == "2" ? "" : "must be 0 (default), 1 (efficiency) or 2 (zero)";
   if (name == "NCCL_MAX_CTAS" || name == "NCCL_MIN_CTAS")  // thread blocks (SMs) per collective
-    return all_digits(value) && value.size() <= 2 && std::stoi(value) >= 1 && std::stoi(value) <= 64
-               ? ""
-               : "must be a whole number from 1 to 64";
-  if (name == "NCCL_SHM_USE_CUDA_MEMCPY")  // shared-memory copies by copy engines, not SM threads
-    return value == "0" || value == "1" ? "" : "must be \"0\" or \"1\"";
+    return whole_number_problem(value, 1, 64);
   if (name == "NCCL_SHM_MEMCPY_MODE")  // which side's copies the copy engines take
     return value == "1" || value == "2" || value == "3" ? "" : "must be 1 (sender), 2 (receiver) or 3 (both)";
   if (name == "CUDA_MODULE_LOADING")
     return value == "LAZY" || value == "EAGER" ? "" : "must be LAZY or EAGER";
   if (name == "CUDA_DEVICE_MAX_CONNECTIONS")  // hardware work queues the streams share (CUDA's default 8)
-    return all_digits(value) && value.size() <= 2 && std::stoi(value) >= 1 && std::stoi(value) <= 32
-               ? ""
-               : "must be a whole number from 1 to 32";
+    return whole_number_problem(value, 1, 32);
   if (name == "NCCL_NTHREADS")
     return value == "64" || value == "128" || value == "256" || value == "512" ? "" : "must be 64, 128, 256 or 512";
   if (name == "NCCL_DEBUG") {

@@ -1,0 +1,42 @@
+// The reducer's unit-test setting: vit_tiny with its parameters in a CPU arena (filled with
+// U(-0.2, 0.2), so every gradient flows), wired to a Reducer over a FakeGroup (the other "rank"
+// contributes twice our gradient) through the gradient-ready hooks.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/fake_group.h"
+#include "common/test_utils.h"
+#include "distributed/reducer.h"
+#include "framework/nn/param_arena.h"
+#include "framework/ops/cross_entropy.h"
+#include "models/vit/vit.h"
+
+namespace vitddp::testing {
+
+struct TinyDdp {
+  VisionTransformer model{vit_config_by_name("vit_tiny"), 4};
+  NamedTensors params = model.named_parameters();
+  ParamArena arena{params, Device::cpu()};
+  FakeGroup group;
+  std::unique_ptr<Reducer> reducer;
+
+  explicit TinyDdp(const ReducerOptions& options) {
+    Generator gen(1);
+    for (auto& [name, p] : params) fill_uniform(p, gen, -0.2, 0.2);
+    std::vector<ReducerParam> rp;
+    for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+    reducer = std::make_unique<Reducer>(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].second.register_grad_ready_hook([this, i](const Tensor&) { reducer->mark_ready(i); });
+  }
+  // The loss of two random images drawn from Generator(seed), labels 1 and 7.
+  Tensor loss(uint64_t seed = 2) {
+    Generator gen(seed);
+    Tensor images = random_tensor({2, 3, 32, 32}, gen, DType::kF32);
+    return cross_entropy(model.forward(images), Tensor::from_vector_i64({1, 7}, {2}));
+  }
+};
+
+}  // namespace vitddp::testing
