@@ -147,11 +147,8 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
                                                                 strsignal(WTERMSIG(status)) + ")"});
       if (code != 0 && first_failure == 0) {
         first_failure = code;
-        if (WIFEXITED(status))
-          log << "launcher: rank " << rank << " exited with status " << code << "; stopping the other ranks\n";
-        else
-          log << "launcher: rank " << rank << " was killed by signal " << WTERMSIG(status) << " ("
-              << strsignal(WTERMSIG(status)) << "); stopping the other ranks\n";
+        // One write: the ranks print to the same terminal at the same moment.
+        log << "launcher: rank " + std::to_string(rank) + " " + failures.back().how + "; stopping the other ranks\n";
         log.flush();
         stop_all(SIGTERM);
         stopping = true;
@@ -173,7 +170,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     // A rank that died of the very signal the launcher sent it was stopped, not failing.
     if (e.code == kPeerFailure || (signal_sent[e.rank] != 0 && e.code == 128 + signal_sent[e.rank])) continue;
     if (&e != &failures.front())
-      log << "launcher: rank " << e.rank << " " << e.how << " (the first failure; the others followed)\n";
+      log << "launcher: rank " + std::to_string(e.rank) + " " + e.how + " (the first failure; the others followed)\n";
     return e.code;
   }
   return first_failure;

@@ -49,13 +49,15 @@ int main(int argc, char** argv) {
     return kExitOk;
   } catch (const Error& e) {
     const char* rank = std::getenv("RANK");
-    std::cerr << "train: " << (rank ? std::string("rank ") + rank + ": " : "") << "error: " << e.what() << std::endl;
+    // One write: every rank and the launcher print to the same terminal at the same moment.
+    std::cerr << "train: " + (rank ? std::string("rank ") + rank + ": " : std::string()) + "error: " + e.what() + "\n"
+              << std::flush;
     return exit_code_for(e.kind());
   } catch (const std::bad_alloc&) {
     std::cerr << "train: error: out of host memory" << std::endl;
     return kExitInternal;
   } catch (const std::exception& e) {
-    std::cerr << "train: internal error: " << e.what() << std::endl;
+    std::cerr << "train: internal error: " + std::string(e.what()) + "\n" << std::flush;
     return kExitInternal;
   }
 }
