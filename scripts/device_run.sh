@@ -88,6 +88,14 @@ if [ "${OP_PROBE:-0}" = 1 ]; then
     done
   done
 fi
+# OP_PROBE_ENVS="TAG:VAR=V,VAR=V ...": the P2P-off bf16 sum probe once per variant of NCCL's settings (channels,
+# buffer sizes), to see whether the link the P2P-off rows are held against can carry more.
+for spec in ${OP_PROBE_ENVS:-}; do
+  tag=${spec%%:*}; vars=${spec#*:}
+  env NCCL_P2P_DISABLE=1 ${vars//,/ } timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum \
+    --sizes "25M,104857600,613070800" --timeout 30 > "$OUT/op_sum_bf16_$tag.md" 2>&1
+  echo "all-reduce, P2P off, bf16, sum, $tag ($vars): exit $?"; grep -E "^\| [0-9]|error" "$OUT/op_sum_bf16_$tag.md" | head -4
+done
 if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
   OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu
 fi
