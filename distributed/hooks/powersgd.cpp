@@ -255,113 +255,89 @@ struct PowerSgdHook::Staged {
 };
 
 // Note [PowerSGD beside backward]
-// On a GPU a bucket's compression runs on two streams of the hook's own, forked from the compute
-// stream when the bucket is ready. The first (`stream`) computes M = f32(gradient) + error and
-// P = M Q, and never waits for a collective, so the next bucket's compensation starts as soon
-// as its gradients are ready. The second (`after_p`) waits for P's all-reduce, orthogonalises,
-// computes Q = M^T P, waits for Q's all-reduce and expands P Q^T into the bucket (and the new
-// error). The compute stream joins only at the end of backward, when the reducer waits for each
-// bucket (an event after its expansion). Earlier forms and what they cost:
-// - On the compute stream, the wait for P's all-reduce (queued on the communication stream
-//   behind the earlier buckets' collectives) held up every backward kernel enqueued after it,
-//   once per bucket: with 25 MB buckets and P2P off, 2-GPU bf16 ViT-L ran at 0.37 of the 1-GPU
-//   rate against 0.66 in one 2000 MB bucket (docs/performance.md, 3ec53dc).
-// - On one side stream, each bucket's compensation queued behind the last bucket's P all-reduce,
-//   and every expansion ran on the compute stream after backward (~1.3 ms for ViT-L in bf16):
-//   smaller buckets overlapped nothing (300 MB 0.678 of one GPU, 2000 MB 0.689, 7e1c0a0).
-// Products on several streams at once need a cuBLASLt workspace each
-// (CudaContext::workspace(stream)). Memory: what a side stream allocates it also frees, or the
-// compute stream frees after that join; the pool never hands a block freed on one stream to
-// another by making it wait (allocator.cpp). A product shape first seen here is autotuned
-// (Note [Choosing a GEMM algorithm]) while backward runs beside it, so its timings are noisier
-// than the compute stream's.
+// On a GPU a bucket's compression runs on a stream of the hook's own, forked from the compute
+// stream when the bucket is ready: M = f32(gradient) + error, P = M Q, P's all-reduce, the
+// orthogonalisation, Q = M^T P and Q's all-reduce. On the compute stream, as it first was, the
+// wait for P's all-reduce (queued on the communication stream behind the earlier buckets'
+// collectives) held up every backward kernel enqueued after it, once per bucket: with 25 MB
+// buckets and P2P off, 2-GPU bf16 ViT-L ran at 0.37 of the 1-GPU rate against 0.66 in one
+// 2000 MB bucket (docs/performance.md, 3ec53dc). On its own stream only the hook waits; the
+// compute stream joins at the end of backward, when the reducer waits for each bucket's Q
+// all-reduce and the expansion into the bucket runs. Products on both streams at once need a
+// cuBLASLt workspace each (CudaContext::workspace(stream)). Memory: what the side stream
+// allocates it also frees, or the compute stream frees after that join; the pool never hands a
+// block freed on the side stream to the compute stream by making it wait (allocator.cpp).
+// A product shape first seen here is autotuned (Note [Choosing a GEMM algorithm]) while backward
+// runs beside it, so its timings are noisier than the compute stream's.
 struct PowerSgdHook::SideStream {
 #if VITDDP_WITH_CUDA
   int device = -1;
-  cuda::Stream stream;        // the compensation and P = M Q: never waits for a collective
-  cuda::Stream after_p;       // P's all-reduce onwards: orthogonalise, Q = M^T P, expand
+  cuda::Stream stream;
   cuda::Event fork_point;
 #endif
 };
 
 namespace {
 
-// What a bucket's Work holds until it is waited for.
-struct PowerSgdParts {
-  std::shared_ptr<Work> q_work, flat_work;  // flat_work: only when the bucket has no matrix
-  Plan plan;
-  GradBucket bucket;
-  Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32
-                        // copy), held until the products that read it are done
-  Tensor compensated;   // f32(bucket) + error, then the new error; undefined without error feedback
-  Tensor p, q;
-  Tensor flat;  // the uncompressed tensors' average: P's tail, or a buffer of its own
-  PowerSgdState::Bucket* state = nullptr;
-  std::shared_ptr<PowerSgdHook::Staged> staged;
-  int world = 1;
-  int64_t rank = 1;
-#if VITDDP_WITH_CUDA
-  std::shared_ptr<cuda::Event> expanded;  // GPU: recorded after the expansion on `after_p`
-#endif
-};
-
-// Once Q's all-reduce is done (P's, with the uncompressed tensors, came before it on the same
-// stream), or for a bucket without matrices its uncompressed all-reduce: writes the result into
-// the bucket, on the current stream.
-void expand_into_bucket(PowerSgdParts& p) {
-  p.q_work->wait();
-  if (p.flat_work) p.flat_work->wait();
-  NvtxRange range(nvtx_decompress_name(p.bucket.index), NvtxColor::kCompress);
-  PowerSgdHook::Staged& staged = *p.staged;
-  if (!p.plan.matrices.empty()) add_inplace(p.q, p.q, 1.0 / p.world - 1.0);  // Q summed: M ~ P (Q / world)^T
-  // One pass per group writes the approximation into the bucket and, with error feedback,
-  // leaves in `compensated` what was not sent: the compensated local gradient minus it.
-  for (const Plan::Group& g : p.plan.groups) {
-    const Plan::Matrix& mx = p.plan.matrices[g.first];
-    LowRankGroup group;
-    group.count = static_cast<int64_t>(g.count);
-    group.n = mx.n;
-    group.m = mx.m;
-    group.rank = p.rank;
-    group.offset = p.bucket.offsets[mx.tensor];
-    group.stride = g.stride;
-    group.p_offset = mx.p_offset;
-    group.q_offset = mx.q_offset;
-    expand_low_rank(p.p, p.q, group, p.bucket.buffer, p.compensated, staged.skip);
-  }
-  if (p.flat.defined())  // the uncompressed tensors: their plain average
-    scatter_runs(p.flat, p.plan.runs, p.bucket.buffer, p.compensated, staged.skip);
-  if (!p.plan.matrices.empty()) mark_nonfinite(p.q, staged.skip);
-}
-
-// Finishes a bucket: on a GPU its expansion was enqueued on the hook's `after_p` stream when it
-// was launched, and the current stream waits for it; on the CPU the expansion runs here.
+// Finishes a bucket once its Q all-reduce is done (P's, with the uncompressed tensors, came
+// before it on the same stream), or, for a bucket without matrices, its uncompressed all-reduce.
 class PowerSgdWork final : public Work {
  public:
-  explicit PowerSgdWork(PowerSgdParts parts) : p_(std::move(parts)) {}
+  struct Parts {
+    std::shared_ptr<Work> q_work, flat_work;  // flat_work: only when the bucket has no matrix
+    Plan plan;
+    GradBucket bucket;
+    Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32
+                          // copy), held until the products that read it are done
+    Tensor compensated;   // f32(bucket) + error, then the new error; undefined without error feedback
+    Tensor p, q;
+    Tensor flat;  // the uncompressed tensors' average: P's tail, or a buffer of its own
+    PowerSgdState::Bucket* state = nullptr;
+    std::shared_ptr<PowerSgdHook::Staged> staged;
+    int world = 1;
+    int64_t rank = 1;
+  };
+  explicit PowerSgdWork(Parts parts) : p_(std::move(parts)) {}
   void wait() override {
     if (finished_) return;
-#if VITDDP_WITH_CUDA
-    if (p_.expanded) {
-      p_.expanded->block(cuda::current_stream());
-    } else {
-      expand_into_bucket(p_);
+    p_.q_work->wait();
+    if (p_.flat_work) p_.flat_work->wait();
+    NvtxRange range(nvtx_decompress_name(p_.bucket.index), NvtxColor::kCompress);
+    // Q holds the sum over ranks: M ~ P (Q / world)^T.
+    add_inplace(p_.q, p_.q, 1.0 / p_.world - 1.0);
+    PowerSgdHook::Staged& staged = *p_.staged;
+    // One pass per group writes the approximation into the bucket and, with error feedback,
+    // leaves in `compensated` what was not sent: the compensated local gradient minus it.
+    for (const Plan::Group& g : p_.plan.groups) {
+      const Plan::Matrix& mx = p_.plan.matrices[g.first];
+      LowRankGroup group;
+      group.count = static_cast<int64_t>(g.count);
+      group.n = mx.n;
+      group.m = mx.m;
+      group.rank = p_.rank;
+      group.offset = p_.bucket.offsets[mx.tensor];
+      group.stride = g.stride;
+      group.p_offset = mx.p_offset;
+      group.q_offset = mx.q_offset;
+      expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, p_.compensated, staged.skip);
     }
-#else
-    expand_into_bucket(p_);
-#endif
+    if (p_.flat.defined())  // the uncompressed tensors: their plain average
+      scatter_runs(p_.flat, p_.plan.runs, p_.bucket.buffer, p_.compensated, staged.skip);
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
     // In place (not staged) the state already is the new one; only the flag is kept.
     const bool in_place_error = p_.compensated.defined() && p_.compensated.same_impl(p_.state->error);
     if (p_.compensated.defined() && !in_place_error) entry.error = p_.compensated;
-    if (!p_.plan.matrices.empty() && !p_.q.same_impl(p_.state->q)) entry.q = p_.q;
+    if (!p_.plan.matrices.empty()) {
+      mark_nonfinite(p_.q, staged.skip);
+      if (!p_.q.same_impl(p_.state->q)) entry.q = p_.q;
+    }
     finished_ = true;
-    p_.staged->finish(std::move(entry));  // See Note [PowerSGD and skipped steps]
+    staged.finish(std::move(entry));  // See Note [PowerSGD and skipped steps]
   }
   bool done() override { return finished_; }
 
  private:
-  PowerSgdParts p_;
+  Parts p_;
   bool finished_ = false;
 };
 
@@ -388,25 +364,10 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     int least = 0, greatest = 0;  // the highest priority, as the communication stream's
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     side_->stream = cuda::Stream::create(device_index, greatest);
-    side_->after_p = cuda::Stream::create(device_index, greatest);
     side_->fork_point = cuda::Event::create();
     cuda::CudaContext::for_device(device_index).workspace(side_->stream.get());
-    cuda::CudaContext::for_device(device_index).workspace(side_->after_p.get());
   }
 #endif
-  // On a GPU the bucket's expansion is enqueued now, on `after_p` behind its collective; the
-  // Work's wait() then only joins that stream (Note [PowerSGD beside backward]).
-  auto launched = [&](PowerSgdParts parts) -> std::shared_ptr<Work> {
-#if VITDDP_WITH_CUDA
-    if (parts.bucket.buffer.device().is_cuda()) {
-      cuda::StreamGuard on_after_p(side_->after_p.get());
-      expand_into_bucket(parts);
-      parts.expanded = std::make_shared<cuda::Event>(cuda::Event::create());
-      parts.expanded->record(side_->after_p.get());
-    }
-#endif
-    return std::make_shared<PowerSgdWork>(std::move(parts));
-  };
   if (iter < options_.start_iter) return group.allreduce(bucket.buffer, ReduceOp::kAvg);
 
   NvtxRange range(nvtx_compress_name(bucket.index), NvtxColor::kCompress);
@@ -414,7 +375,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   std::optional<cuda::ForkedStreamScope> beside_backward;
   if (bucket.buffer.device().is_cuda()) beside_backward.emplace(side_->stream.get(), side_->fork_point);
 #endif
-  PowerSgdParts parts;
+  PowerSgdWork::Parts parts;
   parts.plan = plan_bucket(bucket, options_);
   parts.bucket = bucket;
   parts.world = group.size();
@@ -463,7 +424,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     parts.q_work = parts.flat_work;
     parts.flat_work.reset();
     if (!parts.q_work) parts.q_work = group.allreduce(parts.p, ReduceOp::kSum);
-    return launched(std::move(parts));
+    return std::make_shared<PowerSgdWork>(std::move(parts));
   }
   // Q: the same random start on every rank, then (warm start) last step's Q. This step works on
   // a copy, committed with the error.
@@ -487,13 +448,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     product(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
             static_cast<int64_t>(g.count), mx.n, mx.m, r, MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
-  std::shared_ptr<Work> p_work = group.allreduce(parts.p, ReduceOp::kSum);  // P, the uncompressed tensors behind it
-#if VITDDP_WITH_CUDA
-  // From here on the second side stream: the first goes on to the next bucket without waiting.
-  std::optional<cuda::StreamGuard> after_p;
-  if (device.is_cuda()) after_p.emplace(side_->after_p.get());
-#endif
-  p_work->wait();
+  group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
   orthogonalize(parts.p, parts.plan.p_batch);
   for (const Plan::Group& g : parts.plan.groups) {  // Q = M^T P
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
@@ -503,7 +458,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
                  MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
   parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
-  return launched(std::move(parts));
+  return std::make_shared<PowerSgdWork>(std::move(parts));
 }
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options) {

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "framework/core/dtype.h"
 #include "train/config.h"
@@ -19,14 +18,6 @@ namespace vitddp::testing {
 // failures through gtest.
 void check_ddp_equivalence(int world, DeviceType device_type, const TrainConfig& config, double tolerance,
                            const std::string& what);
-
-// Runs `world` ranks as above and returns rank 0's weights after each step, having checked that
-// every rank holds the same (failures through gtest; fewer steps when a rank failed).
-std::vector<std::vector<double>> ddp_weights(int world, DeviceType device_type, const TrainConfig& config);
-
-// ||(weights - start) - (reference - start)|| / ||reference - start||, start being the model's
-// initial weights: how far two runs' updates differ, not diluted by the weights they share.
-double relative_update_error(const std::vector<double>& weights, const std::vector<double>& reference);
 
 // The layouts every backend must get right: gradients as bucket views or copied, many small
 // buckets or one; then the fp16 and bf16 hooks (within their rounding).
