@@ -87,6 +87,8 @@ std::string env_value_problem(const std::string& name, const std::string& value)
     return value == "0" || value == "1" || value == "2" ? "" : "must be 0 (default), 1 (efficiency) or 2 (zero)";
   if (name == "NCCL_MAX_CTAS" || name == "NCCL_MIN_CTAS")  // thread blocks (SMs) per collective
     return whole_number_problem(value, 1, 64);
+  if (name == "NCCL_MIN_NCHANNELS" || name == "NCCL_MAX_NCHANNELS")  // channels (one block each) per peer link
+    return whole_number_problem(value, 1, 64);
   if (name == "NCCL_SHM_MEMCPY_MODE")  // which side's copies the copy engines take
     return value == "1" || value == "2" || value == "3" ? "" : "must be 1 (sender), 2 (receiver) or 3 (both)";
   if (name == "CUDA_MODULE_LOADING")
@@ -204,6 +206,7 @@ std::string SweepSchema::known_names() const {
 const std::vector<std::string>& allowed_sweep_env() {
   static const std::vector<std::string> names = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_ALGO",     "NCCL_PROTO",
                                                  "NCCL_BUFFSIZE",    "NCCL_NTHREADS",    "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
+                                                 "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
                                                  "NCCL_CTA_POLICY",  "NCCL_DEBUG",       "NCCL_NVLS_ENABLE",
                                                  "NCCL_SHM_USE_CUDA_MEMCPY", "NCCL_SHM_MEMCPY_MODE", "CUDA_MODULE_LOADING",
                                                  "CUDA_DEVICE_MAX_CONNECTIONS"};

@@ -99,6 +99,7 @@ TEST(Sweep, RejectsEnvOutsideTheAllowList) {
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_BUFFSIZE": "-4"}})"), {"NCCL_BUFFSIZE"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MAX_CTAS": "0"}})"), {"NCCL_MAX_CTAS", "1 to 64"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MIN_CTAS": 65}})"), {"NCCL_MIN_CTAS", "1 to 64"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_MIN_NCHANNELS": "0"}})"), {"NCCL_MIN_NCHANNELS", "1 to 64"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_CTA_POLICY": "3"}})"), {"NCCL_CTA_POLICY", "efficiency"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"NCCL_SHM_MEMCPY_MODE": "4"}})"), {"NCCL_SHM_MEMCPY_MODE", "both"}));
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"CUDA_MODULE_LOADING": "eager"}})"), {"LAZY or EAGER"}));
