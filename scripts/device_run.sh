@@ -89,7 +89,8 @@ if [ "${OP_PROBE:-0}" = 1 ]; then
   done
 fi
 # OP_PROBE_ENVS="TAG:VAR=V,VAR=V ...": the P2P-off bf16 sum probe once per variant of NCCL's settings (channels,
-# buffer sizes), to see whether the link the P2P-off rows are held against can carry more.
+# buffer sizes), to see whether the link the P2P-off rows are held against can carry more. Commas separate the
+# variables, so a value cannot hold one.
 for spec in ${OP_PROBE_ENVS:-}; do
   tag=${spec%%:*}; vars=${spec#*:}
   env NCCL_P2P_DISABLE=1 ${vars//,/ } timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum \
