@@ -97,8 +97,8 @@ for spec in ${OP_PROBE_ENVS:-}; do
     --sizes "25M,104857600,613070800" --timeout 30 > "$OUT/op_sum_bf16_$tag.md" 2>&1
   echo "all-reduce, P2P off, bf16, sum, $tag ($vars): exit $?"; grep -E "^\| [0-9]|error" "$OUT/op_sum_bf16_$tag.md" | head -4
 done
-if [ "${AFFINITY_PROBE:-0}" = 1 ]; then  # the NVLink bf16 row with the ranks' CPUs free and held near GPU 0
-  OUT="$OUT" bash scripts/affinity_probe.sh build-gpu
+if [ "${AFFINITY_PROBE:-0}" = 1 ]; then  # the NVLink bf16 row, threads free or bound
+  OUT="$OUT" bash scripts/affinity_probe.sh build-gpu "${AFFINITY_ROUNDS:-3}"
 fi
 if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
   OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu

@@ -47,6 +47,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"sm-carveout", &c.sm_carveout,
        "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
        "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
+      {"bind-cpus", &c.bind_cpus,
+       "hold each rank's training thread to N CPUs of its own (local rank r: the r-th N of the CPUs it may use), "
+       "set before the first step, after NCCL's and the loader's threads have started (0: anywhere)"},
       {"launch-window", &c.launch_window,
        "GPU: ops the host may queue ahead of the GPU before it waits, polling, outside the CUDA driver (0: no "
        "limit, the driver's queue holds the host back)"},
@@ -239,6 +242,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
+  VITDDP_CHECK(bind_cpus >= 0 && bind_cpus <= 4096, "--bind-cpus must be in [0, 4096], got ", bind_cpus);
   VITDDP_CHECK(launch_window >= 0 && launch_window <= 1000000, "--launch-window must be 0 (no limit) or a number of "
                "ops up to 1000000, got ", launch_window);
   VITDDP_CHECK(ready_order_share > 0 && ready_order_share <= 1, "--ready-order-share must be in (0, 1], got ",

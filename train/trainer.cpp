@@ -30,6 +30,7 @@
 #include "framework/ops/elementwise.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
+#include "train/cpu_binding.h"
 #include "train/dataset_factory.h"
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
@@ -615,6 +616,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   int64_t stopped_after = -1;
   bool told_rebuild = false;
 
+  if (config.bind_cpus > 0) {  // after every helper thread has started: they keep all CPUs
+    const std::vector<int> cpus = bind_thread_to_rank_cpus(config.bind_cpus, env.local_rank);
+    out << "cpu binding: local rank " << env.local_rank << "'s training thread on CPUs " << cpus.front() << ".."
+        << cpus.back() << " (--bind-cpus " << config.bind_cpus << ")\n";
+  }
   const auto [profile_first, profile_last] = config.profile_range();
   VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");
   for (int64_t step = start_step; step < total; ++step) {

@@ -82,6 +82,7 @@ TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
                                {"--procs 2 --powersgd-rank 0", "--powersgd-rank must be >= 1"},
                                {"--procs 2 --sm-carveout 65", "--sm-carveout must be in [0, 64], got 65"},
                                {"--procs 2 --gemm-candidates 0", "--gemm-candidates must be in [1, 256], got 0"},
+                               {"--procs 2 --bind-cpus -1", "--bind-cpus must be in [0, 4096], got -1"},
                                {"--procs 2 --gpus 2", "--gpus and --procs exclude each other"},
                                {"--gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"}}) {
     Outcome o = run("", args + " " + kTiny);
