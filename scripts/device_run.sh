@@ -100,6 +100,9 @@ done
 if [ "${AFFINITY_PROBE:-0}" = 1 ]; then  # the NVLink bf16 row, threads free or bound
   OUT="$OUT" bash scripts/affinity_probe.sh build-gpu "${AFFINITY_ROUNDS:-3}"
 fi
+if [ -n "${NVLINK_VARIANCE_ROUNDS:-}" ]; then  # the NVLink bf16 row N times with NCCL's choices logged
+  OUT="$OUT" bash scripts/nvlink_variance_probe.sh build-gpu "$NVLINK_VARIANCE_ROUNDS"
+fi
 if [ "${CE_PROBE:-0}" = 1 ]; then  # NCCL's copy-engine shared-memory transport with P2P off
   OUT="$OUT" bash scripts/shm_ce_probe.sh build-gpu
 fi
