@@ -135,6 +135,8 @@ for sweep in ${REFERENCE_SWEEPS:-} ${SWEEP:-}; do
   [ "${SWEEP_TRACE:-1}" = 0 ] && ref+=(--trace=false)
   # SWEEP_RUN_TIMEOUT=S: each row (and its PyTorch run) stopped after S seconds.
   [ -n "${SWEEP_RUN_TIMEOUT:-}" ] && ref+=(--run-timeout "$SWEEP_RUN_TIMEOUT")
+  # SWEEP_REPEAT=N: every row launched N times, round by round; each row its median launch (Note [Repeated launches]).
+  [ -n "${SWEEP_REPEAT:-}" ] && ref+=(--repeat "$SWEEP_REPEAT")
   VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" "${ref[@]}" \
     > "$OUT/$name.log" 2>&1; echo "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <climits>
@@ -39,6 +40,7 @@ struct SweepOptions {
   double run_timeout = 900;
   bool dry_run = false;
   bool trace = true;      // --trace per run, for the exposed-communication column
+  int repeat = 1;         // launches per configuration (Note [Repeated launches])
   std::string command;    // the command line, for the table's header
 };
 
@@ -195,6 +197,33 @@ std::string describe(const Outcome& o, double seconds) {
   return buf;
 }
 
+// Note [Repeated launches]
+// A 2-GPU bf16 row over NVLink, launched again on the same machine with nothing changed, ran at
+// 78-91 steps/s (docs/performance.md, sixth session): some launches' all-reduces run three times
+// slower for the whole run. One launch per row then says little, so `--repeat N` launches every
+// configuration N times, round by round (each round runs all configurations once, so that a slow
+// spell of the machine falls on many rows, not on all launches of one), and the row is the launch
+// with the median images/s (for even N the lower of the two middle ones: no launch's figures are
+// averaged into numbers no launch had). The table keeps every launch's steps/s beside it. A row
+// with any failed launch fails, naming the launch: a failure is never outvoted.
+Outcome median_launch(std::vector<Outcome> launches) {
+  for (size_t k = 0; k < launches.size(); ++k)
+    if (!launches[k].row.failure.empty()) {
+      Outcome failed = launches[k];
+      if (launches.size() > 1)
+        failed.row.failure = "launch " + std::to_string(k + 1) + " of " + std::to_string(launches.size()) + ": " +
+                             failed.row.failure;
+      return failed;
+    }
+  std::vector<double> steps;
+  for (const Outcome& o : launches) steps.push_back(o.row.steps_per_s);
+  std::stable_sort(launches.begin(), launches.end(),
+                   [](const Outcome& a, const Outcome& b) { return a.row.images_per_s < b.row.images_per_s; });
+  Outcome median = launches[(launches.size() - 1) / 2];
+  if (launches.size() > 1) median.row.launch_steps_per_s = steps;
+  return median;
+}
+
 std::atomic<int> g_stop{0};
 void on_stop_signal(int sig) { g_stop.store(sig); }
 
@@ -217,6 +246,7 @@ int run_sweep(const SweepOptions& opt) {
                    flag, "\" is set by the sweep itself for every run (each run's trace goes beside its log)");
   }
   VITDDP_CHECK(opt.run_timeout > 0, "--run-timeout must be > 0 seconds, got ", opt.run_timeout);
+  VITDDP_CHECK(opt.repeat >= 1 && opt.repeat <= 100, "--repeat must be in [1, 100], got ", opt.repeat);
   if (!opt.reference.empty())
     VITDDP_CHECK(fs::is_regular_file(opt.reference), "--reference ", opt.reference, ": no such file");
   const std::string self = self_executable();
@@ -224,27 +254,31 @@ int run_sweep(const SweepOptions& opt) {
   const nlohmann::json defaults = TrainConfig().to_json();
   const size_t n = sweep.runs.size();
   auto numbered = [&](size_t i) { return "[" + std::to_string(i + 1) + "/" + std::to_string(n) + "] "; };
-  // Each run's files: OUT/NN-label.log (stderr), .trace.json (its --trace: exposed communication).
-  auto run_prefix = [&](size_t i) {
-    return (fs::path(out_dir) / ((i < 9 ? "0" : "") + std::to_string(i + 1) + "-" + slug(sweep.runs[i].label))).string();
+  // Each run's files: OUT/NN-label.log (stderr), .trace.json (its --trace: exposed communication);
+  // with --repeat, OUT/NN-label.rK.* for launch K.
+  auto run_prefix = [&](size_t i, int launch) {
+    return (fs::path(out_dir) / ((i < 9 ? "0" : "") + std::to_string(i + 1) + "-" + slug(sweep.runs[i].label) +
+                                 (opt.repeat > 1 ? ".r" + std::to_string(launch + 1) : "")))
+        .string();
   };
-  auto train_argv = [&](size_t i) {
+  auto train_argv = [&](size_t i, int launch) {
     std::vector<std::string> argv = {self};
     for (const std::string& a : sweep.runs[i].to_args()) argv.push_back(a);
     argv.push_back("--json");
     if (opt.trace) {
       argv.push_back("--trace");
-      argv.push_back(run_prefix(i) + ".trace.json");
+      argv.push_back(run_prefix(i, launch) + ".trace.json");
     }
     return argv;
   };
 
   if (opt.dry_run) {
-    std::cout << "sweep " << sweep.name << " (" << sweep.source << "): " << n << " runs, baseline \""
+    std::cout << "sweep " << sweep.name << " (" << sweep.source << "): " << n << " runs"
+              << (opt.repeat > 1 ? ", each launched " + std::to_string(opt.repeat) + " times" : "") << ", baseline \""
               << sweep.runs[sweep.baseline].label << "\", out dir " << out_dir << " (dry run: nothing runs)\n";
     for (size_t i = 0; i < n; ++i) {
       const SweepRun& run = sweep.runs[i];
-      std::cout << numbered(i) << run.label << "\n  " << shell_command(run.env, train_argv(i)) << "\n";
+      std::cout << numbered(i) << run.label << "\n  " << shell_command(run.env, train_argv(i, 0)) << "\n";
       if (!opt.reference.empty()) {
         ReferenceCommand ref = reference_command(run, defaults, opt.reference);
         std::cout << "  pytorch: "
@@ -279,44 +313,58 @@ int run_sweep(const SweepOptions& opt) {
   sigemptyset(&stop_action.sa_mask);
   sigaction(SIGINT, &stop_action, &old_int);
   sigaction(SIGTERM, &stop_action, &old_term);
-  std::vector<BenchRow> ours;
-  std::vector<std::optional<BenchRow>> theirs;  // per run: the pytorch row, when one ran
+  // See Note [Repeated launches]: round by round, every configuration once per round.
+  std::vector<std::vector<Outcome>> our_launches(n), their_launches(n);
   bool used_gpu = false;
   std::string torch_version;
-  for (size_t i = 0; i < n && g_stop.load() == 0; ++i) {
-    const SweepRun& run = sweep.runs[i];
-    const std::string prefix = run_prefix(i);
-    ChildOptions child;
-    child.argv = train_argv(i);
-    child.env = run.env;
-    child.stderr_path = prefix + ".log";
-    child.time_limit = limit;
-    child.stop_request = &g_stop;
-    std::cerr << numbered(i) << run.label << " ... " << std::flush;
-    ChildResult r = run_child(child);
-    Outcome o = outcome_of(run.label, run.workers(), r, opt.run_timeout);
-    std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
-    used_gpu = used_gpu || (o.result.is_object() && o.result.value("device", std::string()).rfind("cuda", 0) == 0);
-    ours.push_back(o.row);
-    const nlohmann::json our_result = o.result;
+  for (int launch = 0; launch < opt.repeat && g_stop.load() == 0; ++launch) {
+    const std::string round = opt.repeat > 1 ? "round " + std::to_string(launch + 1) + "/" + std::to_string(opt.repeat) + " " : "";
+    for (size_t i = 0; i < n && g_stop.load() == 0; ++i) {
+      const SweepRun& run = sweep.runs[i];
+      const std::string prefix = run_prefix(i, launch);
+      ChildOptions child;
+      child.argv = train_argv(i, launch);
+      child.env = run.env;
+      child.stderr_path = prefix + ".log";
+      child.time_limit = limit;
+      child.stop_request = &g_stop;
+      std::cerr << round << numbered(i) << run.label << " ... " << std::flush;
+      ChildResult r = run_child(child);
+      Outcome o = outcome_of(run.label, run.workers(), r, opt.run_timeout);
+      std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
+      used_gpu = used_gpu || (o.result.is_object() && o.result.value("device", std::string()).rfind("cuda", 0) == 0);
+      our_launches[i].push_back(o);
 
-    theirs.emplace_back();
-    if (!with_reference || g_stop.load() != 0) continue;
-    ReferenceCommand ref = reference_command(run, defaults, opt.reference);
-    if (ref.argv.empty()) {
-      std::cerr << "      pytorch: no counterpart (" << ref.no_counterpart << ")\n";
-      continue;
+      if (!with_reference || g_stop.load() != 0) continue;
+      ReferenceCommand ref = reference_command(run, defaults, opt.reference);
+      if (ref.argv.empty()) {
+        if (launch == 0) std::cerr << "      pytorch: no counterpart (" << ref.no_counterpart << ")\n";
+        continue;
+      }
+      child.argv = ref.argv;
+      child.stderr_path = prefix + ".pytorch.log";
+      std::cerr << "      pytorch ... " << std::flush;
+      r = run_child(child);
+      o = outcome_of(run.label + " (pytorch)", ref.gpus, r, opt.run_timeout);
+      std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
+      if (o.result.is_object() && o.result.contains("torch") && o.result["torch"].is_string())
+        torch_version = o.result["torch"].get<std::string>();
+      their_launches[i].push_back(o);
     }
-    child.argv = ref.argv;
-    child.stderr_path = prefix + ".pytorch.log";
-    std::cerr << "      pytorch ... " << std::flush;
-    r = run_child(child);
-    o = outcome_of(run.label + " (pytorch)", ref.gpus, r, opt.run_timeout);
-    std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
-    if (o.result.is_object() && o.result.contains("torch") && o.result["torch"].is_string())
-      torch_version = o.result["torch"].get<std::string>();
-    o.row.mfu_pct = same_model_utilisation(our_result, o.row);
-    theirs.back() = o.row;
+  }
+  // Rows only for configurations every round reached (an interrupted round leaves the rest out).
+  std::vector<BenchRow> ours;
+  std::vector<std::optional<BenchRow>> theirs;  // per run: the pytorch row, when one ran
+  const size_t complete = static_cast<size_t>(opt.repeat);
+  for (size_t i = 0; i < n && our_launches[i].size() == complete; ++i) {
+    const Outcome mine = median_launch(our_launches[i]);
+    ours.push_back(mine.row);
+    theirs.emplace_back();
+    if (their_launches[i].size() == complete) {
+      Outcome other = median_launch(their_launches[i]);
+      other.row.mfu_pct = same_model_utilisation(mine.result, other.row);
+      theirs.back() = other.row;
+    }
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
@@ -346,6 +394,9 @@ int run_sweep(const SweepOptions& opt) {
   header.push_back({"commit", commit_of(self)});
   header.push_back({"command", opt.command});
   header.push_back({"baseline", "\"" + sweep.runs[b].label + "\" (speedup = images/s over its images/s)"});
+  if (opt.repeat > 1)
+    header.push_back({"launches", std::to_string(opt.repeat) + " per configuration, round by round; each row is its "
+                                  "median launch by images/s (the lower middle one for an even count)"});
   if (!their_rows.empty())
     header.push_back({"pytorch rows", "the reference " + opt.reference +
                                           (torch_version.empty() ? "" : " under PyTorch " + torch_version) +
@@ -380,6 +431,10 @@ int run_bench_command(int argc, char** argv) {
                  "'(pytorch)' row, when python3 imports torch");
   app.add_option("--run-timeout", opt.run_timeout, "wall-clock limit of each run, in seconds")->capture_default_str();
   app.add_flag("--dry-run", opt.dry_run, "print each run's command line and environment, run nothing");
+  app.add_option("--repeat", opt.repeat,
+                 "launch every configuration N times, round by round; each row is its median launch, with every "
+                 "launch's steps/s beside it")
+      ->capture_default_str();
   app.add_option("--trace", opt.trace,
                  "trace every run (the exposed-communication column); --trace=false runs them untraced, as "
                  "users run: a traced step also waits for each NCCL collective's enqueue before marking it")

@@ -1,6 +1,7 @@
 // The sweep comparison table and its three formats. See train/bench/table.h.
 #include "train/bench/table.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -54,6 +55,19 @@ void write_file(const std::string& path, const std::string& text) {
   VITDDP_CHECK(!out.fail(), "writing ", path, " failed (disk full?)");
 }
 
+bool any_repeated(const std::vector<TableRow>& rows) {
+  for (const TableRow& t : rows)
+    if (t.row.launch_steps_per_s.size() > 1) return true;
+  return false;
+}
+
+// "84.58-90.66 (6)": the lowest and highest of a row's launches, and how many; "" for one launch.
+std::string launch_range(const BenchRow& r) {
+  if (r.launch_steps_per_s.size() < 2) return "";
+  const auto [lo, hi] = std::minmax_element(r.launch_steps_per_s.begin(), r.launch_steps_per_s.end());
+  return fmt("%.2f", *lo) + "-" + fmt("%.2f", *hi) + " (" + std::to_string(r.launch_steps_per_s.size()) + ")";
+}
+
 }  // namespace
 
 std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const BenchRow& baseline) {
@@ -84,37 +98,48 @@ std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows) 
 }
 
 std::string table_markdown(const std::vector<TableRow>& rows) {
+  const bool repeated = any_repeated(rows);
   std::string md =
       "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) "
-      "| MFU |\n"
-      "|---|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+      "| MFU |" +
+      std::string(repeated ? " launches (steps/s) |" : "") + "\n|---|--:|--:|--:|--:|--:|--:|--:|--:|" +
+      (repeated ? "--:|" : "") + "\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
     md += "| " + markdown_cell(r.label) + " | " + std::to_string(r.gpus) + " | ";
     if (!r.failure.empty()) {
-      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |  |\n";
+      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |  |" + (repeated ? "  |" : "") + "\n";
       continue;
     }
     md += fmt("%.2f", r.steps_per_s) + " | " + fmt("%.1f", r.images_per_s) + " | " + fmt("%.2fx", t.speedup) + " | " +
           fmt("%.1f%%", 100.0 * t.scaling_efficiency) + " | " + fmt("%.1f", value_or_nan(r.exposed_comm_ms)) + " | " +
-          fmt("%.0f", r.peak_mib) + " | " + fmt("%.1f%%", value_or_nan(r.mfu_pct)) + " |\n";
+          fmt("%.0f", r.peak_mib) + " | " + fmt("%.1f%%", value_or_nan(r.mfu_pct)) + " |" +
+          (repeated ? " " + launch_range(r) + " |" : "") + "\n";
   }
   return md;
 }
 
 std::string table_csv(const std::vector<TableRow>& rows) {
-  std::string csv =
-      "configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,peak_mib,mfu_pct,status\n";
+  const bool repeated = any_repeated(rows);
+  std::string csv = std::string("configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,"
+                                "peak_mib,mfu_pct,") +
+                    (repeated ? "launch_steps_per_s," : "") + "status\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
     csv += csv_field(r.label) + "," + std::to_string(r.gpus) + ",";
     if (!r.failure.empty()) {
-      csv += ",,,,,,," + csv_field("failed: " + r.failure) + "\n";
+      csv += std::string(",,,,,,,") + (repeated ? "," : "") + csv_field("failed: " + r.failure) + "\n";
       continue;
     }
     csv += fmt("%.4f", r.steps_per_s, "") + "," + fmt("%.3f", r.images_per_s, "") + "," + fmt("%.4f", t.speedup, "") +
            "," + fmt("%.4f", t.scaling_efficiency, "") + "," + fmt("%.3f", value_or_nan(r.exposed_comm_ms), "") + "," +
-           fmt("%.1f", r.peak_mib, "") + "," + fmt("%.2f", value_or_nan(r.mfu_pct), "") + ",ok\n";
+           fmt("%.1f", r.peak_mib, "") + "," + fmt("%.2f", value_or_nan(r.mfu_pct), "") + ",";
+    if (repeated) {
+      std::string all;
+      for (double v : r.launch_steps_per_s) all += (all.empty() ? "" : ";") + fmt("%.4f", v, "");
+      csv += all + ",";
+    }
+    csv += "ok\n";
   }
   return csv;
 }
@@ -133,6 +158,7 @@ nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& bas
                      {"peak_mib", ok ? number(r.peak_mib) : nlohmann::json()},
                      {"mfu_pct", ok ? number(value_or_nan(r.mfu_pct)) : nlohmann::json()}};
     if (!ok) j["error"] = r.failure;
+    if (r.launch_steps_per_s.size() > 1) j["launch_steps_per_s"] = r.launch_steps_per_s;
     return j;
   };
   nlohmann::json out_rows = nlohmann::json::array();

@@ -29,6 +29,10 @@ struct BenchRow {
   double peak_mib = 0;                    // peak device memory (MiB = 2^20 bytes)
   std::string failure;                    // empty when the run succeeded, else what happened ("exit 2: ...")
   std::optional<double> mfu_pct;          // model FLOP utilisation per GPU, when the GPU's peak is known
+  // `train bench --repeat N`: every launch's steps/s in launch order; the row itself is the
+  // launch with the median images/s (Note [Repeated launches] in bench_command.cpp). Empty for
+  // a row launched once.
+  std::vector<double> launch_steps_per_s;
 };
 
 struct TableRow {
@@ -50,6 +54,8 @@ using TableHeader = std::vector<std::pair<std::string, std::string>>;
 
 // Markdown: a failed row shows its failure in place of the numbers; unmeasured values are "n/a".
 // CSV: a last column "status" ("ok" or the failure); JSON: "status" and, when failed, "error".
+// Rows launched more than once add a column: markdown "launches (steps/s)" (lowest to highest
+// and how many), CSV "launch_steps_per_s" (all, ';'-separated, before "status"), JSON the array.
 std::string table_markdown(const std::vector<TableRow>& rows);
 std::string table_csv(const std::vector<TableRow>& rows);
 nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& baseline);

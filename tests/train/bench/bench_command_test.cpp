@@ -4,7 +4,9 @@
 // and the sweep goes on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -197,6 +199,52 @@ TEST(BenchSweep, ARunPastItsTimeLimitIsStoppedAndFailed) {
       << read(out + "/slow.md");
   // No baseline throughput: speedups are unknown, and the files are still written.
   EXPECT_TRUE(fs::exists(out + "/slow.svg"));
+}
+
+}  // namespace
+}  // namespace vitddp
+
+namespace vitddp {
+namespace {
+
+// --repeat N: every configuration launched N times (each launch's log kept), the row being its
+// median launch, every launch's steps/s beside it; a failed launch fails its row; a bad count is
+// one line and exit 2 before anything runs.
+TEST(BenchSweep, RepeatedLaunchesGiveTheMedianLaunchAndKeepEveryOne) {
+  TempFolder dir("vitddp_bench");
+  const std::string out = dir.path() + "/out";
+  const std::string file = write(dir, "again.json", R"({"name": "again",
+      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "warmup": 0, "steps": 2, "workers": 1, "print-every": 0},
+      "runs": [{"label": "one"},
+               {"label": "broken", "data": "/no/such/data.safetensors"}]})");
+  TrainOutcome o =
+      testing::run_train("", "bench --sweep " + file + " --out-dir " + out + " --repeat 3 --trace=false", false, 300);
+  ASSERT_EQ(o.code, 0) << o.out;
+  for (const char* launch : {"r1", "r2", "r3"}) {
+    EXPECT_TRUE(fs::exists(out + "/01-one." + launch + ".log")) << launch;
+    EXPECT_TRUE(fs::exists(out + "/02-broken." + launch + ".log")) << launch;
+  }
+  EXPECT_NE(o.out.find("round 3/3 [2/2] broken"), std::string::npos) << o.out;
+  nlohmann::json j = nlohmann::json::parse(read(out + "/again.json"));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  const nlohmann::json& one = j["rows"][0];
+  ASSERT_EQ(one["status"], "ok") << one;
+  ASSERT_EQ(one["launch_steps_per_s"].size(), 3u) << one;
+  std::vector<double> launches = one["launch_steps_per_s"].get<std::vector<double>>();
+  std::sort(launches.begin(), launches.end());  // one batch size: images/s orders launches as steps/s does
+  EXPECT_DOUBLE_EQ(one["steps_per_s"].get<double>(), launches[1]) << one;
+  EXPECT_NE(j["rows"][1]["error"].get<std::string>().find("launch 1 of 3: exit 2"), std::string::npos) << j["rows"][1];
+  const std::string md = read(out + "/again.md");
+  EXPECT_NE(md.find("| launches (steps/s) |"), std::string::npos) << md;
+  EXPECT_NE(md.find(" (3) |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("- launches: 3 per configuration"), std::string::npos) << md;
+  EXPECT_NE(read(out + "/again.csv").find(",launch_steps_per_s,status\n"), std::string::npos);
+
+  o = testing::run_train("", "bench --sweep " + file + " --out-dir " + out + "/none --repeat 0");
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("--repeat must be in [1, 100], got 0"), std::string::npos) << o.out;
+  EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
+  EXPECT_FALSE(fs::exists(out + "/none"));
 }
 
 }  // namespace
