@@ -12,7 +12,7 @@ row=(--gpus 2 --data gpu --precision bf16 --warmup 10 --steps 30 --print-every 0
 for round in $(seq "$rounds"); do
   for bind in 0 1 2; do
     log="$OUT/affinity_bind${bind}_$round.log"
-    "$build/bin/train" "${row[@]}" --bind-cpus "$bind" > "$log" 2>&1
+    timeout 120 "$build/bin/train" "${row[@]}" --bind-cpus "$bind" > "$log" 2>&1
     echo "--bind-cpus $bind, round $round: exit $? $(grep -E '^summary' "$log" | grep -oE '[0-9.]+ steps/s')"
   done
 done

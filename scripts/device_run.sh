@@ -92,6 +92,7 @@ fi
 # buffer sizes), to see whether the link the P2P-off rows are held against can carry more. Commas separate the
 # variables, so a value cannot hold one.
 for spec in ${OP_PROBE_ENVS:-}; do
+  [[ $spec == *:*=* ]] || { echo "OP_PROBE_ENVS: '$spec' is not TAG:VAR=V[,VAR=V]"; continue; }
   tag=${spec%%:*}; vars=${spec#*:}
   env NCCL_P2P_DISABLE=1 ${vars//,/ } timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum \
     --sizes "25M,104857600,613070800" --timeout 30 > "$OUT/op_sum_bf16_$tag.md" 2>&1

@@ -9,7 +9,7 @@ rounds=${2:-6}
 export NCCL_NVLS_ENABLE=0
 for round in $(seq "$rounds"); do
   log="$OUT/nvlink_variance_$round.log"
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV "$build/bin/train" --gpus 2 --data gpu --precision bf16 \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV timeout 120 "$build/bin/train" --gpus 2 --data gpu --precision bf16 \
     --warmup 10 --steps 30 --print-every 0 --timeout 60 > "$log" 2>&1
   echo "round $round: exit $? $(grep -E '^summary' "$log" | grep -oE '[0-9.]+ steps/s')" \
     "$(grep -cE 'NCCL INFO' "$log") NCCL lines, $(grep -oE '[0-9]+ coll channels' "$log" | sort -u | tr '\n' ' ')"

@@ -242,7 +242,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
-  VITDDP_CHECK(bind_cpus >= 0 && bind_cpus <= 4096, "--bind-cpus must be in [0, 4096], got ", bind_cpus);
+  VITDDP_CHECK(bind_cpus >= 0 && bind_cpus <= 1024, "--bind-cpus must be in [0, 1024], got ", bind_cpus);
   VITDDP_CHECK(launch_window >= 0 && launch_window <= 1000000, "--launch-window must be 0 (no limit) or a number of "
                "ops up to 1000000, got ", launch_window);
   VITDDP_CHECK(ready_order_share > 0 && ready_order_share <= 1, "--ready-order-share must be in (0, 1], got ",

@@ -21,21 +21,33 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-std::vector<int> bind_thread_to_rank_cpus(int64_t per_rank, int local_rank) {
+void check_rank_cpus_fit(int64_t per_rank, int64_t local_ranks) {
   VITDDP_CHECK(per_rank >= 1, "--bind-cpus: need at least 1 CPU per rank, got ", per_rank);
+  const size_t have = allowed_cpus().size();
+  VITDDP_CHECK(per_rank * local_ranks <= static_cast<int64_t>(have), "--bind-cpus ", per_rank, ": ", local_ranks,
+               " rank(s) on this machine need ", per_rank * local_ranks, " CPUs of their own, but this process may use ",
+               have);
+}
+
+std::vector<int> bind_thread_to_rank_cpus(int64_t per_rank, int local_rank) {
   VITDDP_CHECK(local_rank >= 0, "--bind-cpus: local rank must be >= 0, got ", local_rank);
+  check_rank_cpus_fit(per_rank, local_rank + 1);
   const std::vector<int> cpus = allowed_cpus();
   const int64_t first = per_rank * local_rank;
-  VITDDP_CHECK(first + per_rank <= static_cast<int64_t>(cpus.size()), "--bind-cpus ", per_rank, ": local rank ",
-               local_rank, " needs CPUs ", first, " to ", first + per_rank - 1, " of this machine's ", cpus.size(),
-               " usable ones");
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> chosen(cpus.begin() + first, cpus.begin() + first + per_rank);
   for (int c : chosen) CPU_SET(c, &set);
   const int err = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-  VITDDP_CHECK(err == 0, "--bind-cpus: cannot hold the training thread to its CPUs: ", std::strerror(err));
+  VITDDP_CHECK(err == 0, "--bind-cpus: cannot hold the training thread to CPUs ", cpu_list(chosen), ": ",
+               std::strerror(err));
   return chosen;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (int c : cpus) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
 }
 
 }  // namespace vitddp

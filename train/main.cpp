@@ -15,6 +15,7 @@
 #include "train/bench/bench_command.h"
 #include "train/bench/loader_bench.h"
 #include "train/config.h"
+#include "train/cpu_binding.h"
 #include "train/exit_codes.h"
 #include "train/topology.h"
 #include "train/trace.h"
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
     const int processes = std::max(config.gpus, config.procs);
     // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
     if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
+    // And if the ranks' CPUs (--bind-cpus) do not fit on this machine.
+    if (!env.distributed && config.bind_cpus > 0) check_rank_cpus_fit(config.bind_cpus, std::max(processes, 1));
     // The launcher (the same command line once per rank), or a check of this rank's place.
     if (std::optional<int> code =
             launch_if_needed(processes, config.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))

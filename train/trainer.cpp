@@ -618,8 +618,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
 
   if (config.bind_cpus > 0) {  // after every helper thread has started: they keep all CPUs
     const std::vector<int> cpus = bind_thread_to_rank_cpus(config.bind_cpus, env.local_rank);
-    out << "cpu binding: local rank " << env.local_rank << "'s training thread on CPUs " << cpus.front() << ".."
-        << cpus.back() << " (--bind-cpus " << config.bind_cpus << ")\n";
+    // Every rank says where it went, in one write (ranks share stderr).
+    std::cerr << ("cpu binding: rank " + std::to_string(env.rank) + " (local " + std::to_string(env.local_rank) +
+                  "): training thread on CPU(s) " + cpu_list(cpus) + "\n")
+              << std::flush;
   }
   const auto [profile_first, profile_last] = config.profile_range();
   VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");

@@ -38,24 +38,32 @@ TEST(CpuBinding, EachLocalRankGetsItsOwnCpus) {
     EXPECT_EQ(chosen, std::vector<int>{all[rank]}) << "local rank " << rank;
     EXPECT_EQ(seen, chosen) << "local rank " << rank;
   }
-  EXPECT_EQ(thread_cpus(), all) << "the calling thread's binding leaked into the test thread";
 }
 
 TEST(CpuBinding, TooFewCpusIsAClearError) {
   const int64_t have = static_cast<int64_t>(allowed_cpus().size());
   std::thread([&] {
     try {
-      bind_thread_to_rank_cpus(have, 1);  // local rank 1 would need CPUs have .. 2 have - 1
+      bind_thread_to_rank_cpus(have, 1);  // local ranks 0 and 1 would need 2 * have
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("--bind-cpus " + std::to_string(have) + ": local rank 1 needs CPUs " + std::to_string(have)),
+      EXPECT_NE(what.find("--bind-cpus " + std::to_string(have) + ": 2 rank(s) on this machine need " +
+                          std::to_string(2 * have) + " CPUs of their own, but this process may use " +
+                          std::to_string(have)),
                 std::string::npos)
           << what;
-      EXPECT_NE(what.find("of this machine's " + std::to_string(have) + " usable ones"), std::string::npos) << what;
     }
+    EXPECT_EQ(thread_cpus(), allowed_cpus()) << "a failed binding changed the thread's CPUs";
     EXPECT_THROW(bind_thread_to_rank_cpus(0, 0), Error);
   }).join();
+  EXPECT_NO_THROW(check_rank_cpus_fit(1, have));
+  EXPECT_THROW(check_rank_cpus_fit(1, have + 1), Error);
+}
+
+TEST(CpuBinding, CpuListNamesEachCpu) {
+  EXPECT_EQ(cpu_list({0, 2, 5}), "0,2,5");
+  EXPECT_EQ(cpu_list({}), "");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "common/multiprocess.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
+#include "train/cpu_binding.h"
 
 namespace vitddp {
 namespace {
@@ -82,7 +83,7 @@ TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
                                {"--procs 2 --powersgd-rank 0", "--powersgd-rank must be >= 1"},
                                {"--procs 2 --sm-carveout 65", "--sm-carveout must be in [0, 64], got 65"},
                                {"--procs 2 --gemm-candidates 0", "--gemm-candidates must be in [1, 256], got 0"},
-                               {"--procs 2 --bind-cpus -1", "--bind-cpus must be in [0, 4096], got -1"},
+                               {"--procs 2 --bind-cpus -1", "--bind-cpus must be in [0, 1024], got -1"},
                                {"--procs 2 --gpus 2", "--gpus and --procs exclude each other"},
                                {"--gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"}}) {
     Outcome o = run("", args + " " + kTiny);
@@ -90,6 +91,28 @@ TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
     EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
     EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
   }
+}
+
+// --bind-cpus over two processes: each rank says which CPU its training thread went to, and a
+// count that does not fit on this machine stops the launcher before any rank starts.
+TEST(DdpCli, BoundRanksNameTheirCpusAndTooManyFailBeforeLaunching) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs";
+  Outcome o = run("", "--procs 2 --bind-cpus 1 --steps 2 " + kTiny);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("cpu binding: rank 0 (local 0): training thread on CPU(s) " + std::to_string(cpus[0]) + "\n"),
+            std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("cpu binding: rank 1 (local 1): training thread on CPU(s) " + std::to_string(cpus[1]) + "\n"),
+            std::string::npos)
+      << o.out;
+  const int64_t too_many = static_cast<int64_t>(cpus.size()) / 2 + 1;
+  o = run("", "--procs 2 --bind-cpus " + std::to_string(too_many) + " --steps 2 " + kTiny);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("train: error: --bind-cpus " + std::to_string(too_many) + ": 2 rank(s) on this machine need"),
+            std::string::npos)
+      << o.out;
+  EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
 }
 
 TEST(DdpCli, BadRankEnvironmentIsAClearError) {

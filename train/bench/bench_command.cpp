@@ -146,6 +146,7 @@ std::optional<nlohmann::json> result_line(const std::string& out) {
 struct Outcome {
   BenchRow row;
   nlohmann::json result;  // the program's JSON line (null when it failed)
+  bool stopped = false;   // the sweep was interrupted during this launch
 };
 
 Outcome outcome_of(const std::string& label, int gpus, const ChildResult& r, double time_limit) {
@@ -159,6 +160,7 @@ Outcome outcome_of(const std::string& label, int gpus, const ChildResult& r, dou
     o.row.failure = with_line("timed out after " + std::to_string(static_cast<int64_t>(time_limit)) + " s (--run-timeout)");
   } else if (r.stopped) {
     o.row.failure = "stopped (the sweep was interrupted)";
+    o.stopped = true;
   } else if (r.exit_code != 0) {
     o.row.failure = with_line("exit " + std::to_string(r.exit_code));
   } else if (std::optional<nlohmann::json> j = result_line(r.out)) {
@@ -205,8 +207,14 @@ std::string describe(const Outcome& o, double seconds) {
 // spell of the machine falls on many rows, not on all launches of one), and the row is the launch
 // with the median images/s (for even N the lower of the two middle ones: no launch's figures are
 // averaged into numbers no launch had). The table keeps every launch's steps/s beside it. A row
-// with any failed launch fails, naming the launch: a failure is never outvoted.
+// with any failed launch fails, naming the launch: a failure is never outvoted. A sweep stopped
+// by a signal keeps what finished: a launch cut short counts only where its configuration has no
+// other, so rounds already done still make their rows.
 Outcome median_launch(std::vector<Outcome> launches) {
+  std::vector<Outcome> finished;
+  for (const Outcome& o : launches)
+    if (!o.stopped) finished.push_back(o);
+  if (!finished.empty()) launches = finished;
   for (size_t k = 0; k < launches.size(); ++k)
     if (!launches[k].row.failure.empty()) {
       Outcome failed = launches[k];
@@ -215,11 +223,13 @@ Outcome median_launch(std::vector<Outcome> launches) {
                              failed.row.failure;
       return failed;
     }
+  std::vector<BenchRow> rows;
   std::vector<double> steps;
-  for (const Outcome& o : launches) steps.push_back(o.row.steps_per_s);
-  std::stable_sort(launches.begin(), launches.end(),
-                   [](const Outcome& a, const Outcome& b) { return a.row.images_per_s < b.row.images_per_s; });
-  Outcome median = launches[(launches.size() - 1) / 2];
+  for (const Outcome& o : launches) {
+    rows.push_back(o.row);
+    steps.push_back(o.row.steps_per_s);
+  }
+  Outcome median = launches[median_launch_index(rows)];
   if (launches.size() > 1) median.row.launch_steps_per_s = steps;
   return median;
 }
@@ -352,15 +362,15 @@ int run_sweep(const SweepOptions& opt) {
       their_launches[i].push_back(o);
     }
   }
-  // Rows only for configurations every round reached (an interrupted round leaves the rest out).
+  // A row for every configuration launched at least once (the first round runs them in order, so
+  // an interrupted first round leaves out the rest); see Note [Repeated launches].
   std::vector<BenchRow> ours;
   std::vector<std::optional<BenchRow>> theirs;  // per run: the pytorch row, when one ran
-  const size_t complete = static_cast<size_t>(opt.repeat);
-  for (size_t i = 0; i < n && our_launches[i].size() == complete; ++i) {
+  for (size_t i = 0; i < n && !our_launches[i].empty(); ++i) {
     const Outcome mine = median_launch(our_launches[i]);
     ours.push_back(mine.row);
     theirs.emplace_back();
-    if (their_launches[i].size() == complete) {
+    if (!their_launches[i].empty()) {
       Outcome other = median_launch(their_launches[i]);
       other.row.mfu_pct = same_model_utilisation(mine.result, other.row);
       theirs.back() = other.row;
@@ -403,7 +413,9 @@ int run_sweep(const SweepOptions& opt) {
                                           ", each against its own run of the baseline"});
   header.push_back({"exposed comm", opt.trace ? "from the step trace; n/a where the run did not report it"
                                               : "n/a: runs not traced (--trace=false)"});
-  if (stopped_by != 0) header.push_back({"note", "interrupted by signal " + std::to_string(stopped_by) + "; later runs did not run"});
+  if (stopped_by != 0)
+    header.push_back({"note", "interrupted by signal " + std::to_string(stopped_by) + "; later runs did not run" +
+                                  (opt.repeat > 1 ? " (rows from the launches that finished)" : "")});
 
   BenchRow json_baseline;  // not run (interrupted before it): its label only
   json_baseline.label = sweep.runs[b].label;
@@ -413,7 +425,7 @@ int run_sweep(const SweepOptions& opt) {
   std::cerr << "wrote";
   for (const std::string& p : paths) std::cerr << " " << p;
   std::cerr << "\n";
-  if (failed > 0) std::cerr << failed << " of " << table.size() << " runs failed; their logs are in " << out_dir << "\n";
+  if (failed > 0) std::cerr << failed << " of " << table.size() << " rows failed; their logs are in " << out_dir << "\n";
   return stopped_by != 0 ? 128 + stopped_by : 0;
 }
 

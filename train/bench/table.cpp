@@ -90,6 +90,15 @@ std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const Ben
   return out;
 }
 
+size_t median_launch_index(const std::vector<BenchRow>& launches) {
+  VITDDP_CHECK(!launches.empty(), "median_launch_index: no launches");
+  std::vector<size_t> order(launches.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return launches[a].images_per_s < launches[b].images_per_s; });
+  return order[(order.size() - 1) / 2];
+}
+
 std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows) {
   const double unknown = std::numeric_limits<double>::quiet_NaN();
   std::vector<TableRow> out;

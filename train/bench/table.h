@@ -52,6 +52,11 @@ std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows);
 // {"date", "2025-01-31 12:00 UTC"}, {"GPU", "NVIDIA H200"}, {"commit", "e4b297e"}.
 using TableHeader = std::vector<std::pair<std::string, std::string>>;
 
+// Among launches of one configuration that all succeeded (at least one): the index of the one
+// with the median images/s, the lower middle one for an even count (Note [Repeated launches]
+// in bench_command.cpp). Throws vitddp::Error for none.
+size_t median_launch_index(const std::vector<BenchRow>& launches);
+
 // Markdown: a failed row shows its failure in place of the numbers; unmeasured values are "n/a".
 // CSV: a last column "status" ("ok" or the failure); JSON: "status" and, when failed, "error".
 // Rows launched more than once add a column: markdown "launches (steps/s)" (lowest to highest

@@ -183,7 +183,7 @@ TEST(BenchSweep, AFailedRunIsAFailedRowAndTheOthersStillRun) {
   EXPECT_EQ(j["rows"][2]["status"], "ok");
   EXPECT_GT(j["rows"][2]["images_per_s"].get<double>(), 0);
   EXPECT_NE(read(out + "/02-broken.log").find("/no/such/data.safetensors"), std::string::npos);
-  EXPECT_NE(o.out.find("1 of 3 runs failed"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("1 of 3 rows failed"), std::string::npos) << o.out;
 }
 
 TEST(BenchSweep, ARunPastItsTimeLimitIsStoppedAndFailed) {
@@ -245,6 +245,28 @@ TEST(BenchSweep, RepeatedLaunchesGiveTheMedianLaunchAndKeepEveryOne) {
   EXPECT_NE(o.out.find("--repeat must be in [1, 100], got 0"), std::string::npos) << o.out;
   EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
   EXPECT_FALSE(fs::exists(out + "/none"));
+}
+
+// A repeated sweep stopped by SIGINT keeps the launches that finished: the first round's fast
+// configuration is a row, the launch cut short a failed one, and the table says it was stopped.
+TEST(BenchSweep, AnInterruptedRepeatedSweepKeepsTheLaunchesThatFinished) {
+  TempFolder dir("vitddp_bench");
+  const std::string out = dir.path() + "/out";
+  const std::string file = write(dir, "stopped.json", R"({"name": "stopped",
+      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "warmup": 0, "workers": 1, "print-every": 0},
+      "runs": [{"label": "quick", "steps": 2}, {"label": "endless", "steps": 10000000}]})");
+  // timeout forwards the SIGINT it sends to the bench process (and keeps its exit status).
+  TrainOutcome o = testing::run_train("timeout --preserve-status -s INT 8",
+                                      "bench --sweep " + file + " --out-dir " + out + " --repeat 2 --trace=false", false,
+                                      120);
+  EXPECT_EQ(o.code, 128 + 2) << o.out;
+  const std::string md = read(out + "/stopped.md");
+  EXPECT_NE(md.find("| quick | 1 | "), std::string::npos) << md;
+  EXPECT_EQ(md.find("| quick | 1 | failed"), std::string::npos) << md;
+  EXPECT_NE(md.find("| endless | 1 | failed: stopped (the sweep was interrupted)"), std::string::npos) << md;
+  EXPECT_NE(md.find("interrupted by signal 2; later runs did not run (rows from the launches that finished)"),
+            std::string::npos)
+      << md;
 }
 
 }  // namespace

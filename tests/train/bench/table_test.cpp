@@ -2,8 +2,10 @@
 // copy, CSV quoting, JSON, and the files write_table_files leaves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/multiprocess.h"
 #include "common/test_utils.h"
@@ -128,6 +130,43 @@ TEST(Table, WritesMarkdownCsvJsonAndChart) {
   EXPECT_TRUE(testing::throws_with(
       [&] { write_table_files(dir.path() + "/missing/x", "t", compute_table(rows(), kBaseline), kBaseline); },
       {"cannot write", "missing/x.md"}));
+}
+
+// The row of a repeated configuration is the launch with the median images/s, the lower middle
+// one for an even count; the launches' order does not matter.
+TEST(Table, MedianLaunchIsTheLowerMiddleOne) {
+  auto launch = [](double images_per_s) { return BenchRow{"r", 2, images_per_s / 64, images_per_s, 0.0, 1}; };
+  EXPECT_EQ(median_launch_index({launch(5)}), 0u);
+  EXPECT_EQ(median_launch_index({launch(9), launch(5)}), 1u);                        // 5 < 9: the lower
+  EXPECT_EQ(median_launch_index({launch(9), launch(1), launch(5)}), 2u);             // 1 5 9
+  EXPECT_EQ(median_launch_index({launch(7), launch(9), launch(1), launch(5)}), 3u);  // 1 5 | 7 9
+  EXPECT_THROW(median_launch_index({}), Error);
+}
+
+// Rows launched more than once carry a last column (the range of their launches' steps/s) in
+// markdown, every launch in CSV (before "status") and JSON; a failed row keeps the column count.
+TEST(Table, RepeatedRowsShowTheirLaunches) {
+  std::vector<BenchRow> r = rows();
+  r[1].launch_steps_per_s = {11.4, 10.9, 11.6};
+  r[2].failure = "launch 2 of 3: exit 1";
+  const std::vector<TableRow> t = compute_table(r, kBaseline);
+  const std::string md = table_markdown(t);
+  EXPECT_NE(md.find("| MFU | launches (steps/s) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 10.90-11.60 (3) |\n"), std::string::npos) << md;
+  std::istringstream lines(md);
+  int table_lines = 0;
+  for (std::string line; std::getline(lines, line); ++table_lines)  // every line: 11 cell borders
+    EXPECT_EQ(std::count(line.begin(), line.end(), '|') - std::count(line.begin(), line.end(), '\\'), 11) << line;
+  EXPECT_EQ(table_lines, 5);
+  const std::string csv = table_csv(t);
+  EXPECT_NE(csv.find(",mfu_pct,launch_steps_per_s,status\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",11.4000;10.9000;11.6000,ok\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("| P2P off,2," + std::string(8, ',') + "failed: launch 2 of 3: exit 1\n"), std::string::npos) << csv;
+  const nlohmann::json j = table_json(t, kBaseline);
+  EXPECT_EQ(j["rows"][1]["launch_steps_per_s"], nlohmann::json({11.4, 10.9, 11.6}));
+  EXPECT_FALSE(j["rows"][0].contains("launch_steps_per_s"));
+  // Without repeated rows the table is as it always was.
+  EXPECT_EQ(table_markdown(compute_table(rows(), kBaseline)).find("launches"), std::string::npos);
 }
 
 }  // namespace
