@@ -114,11 +114,12 @@ void Reducer::plan_launch_order() {
 }
 
 void Reducer::prepare_for_backward() {
-  if (!sync_) return;
-  VITDDP_CHECK(!in_backward_, "Reducer: prepare_for_backward() called twice without finalize()");
+  // Before a no-sync micro-batch too: its backward accumulates into the buckets' gradients.
   for (const Bucket& b : state_)
     VITDDP_CHECK(!b.work, "Reducer: bucket ", b.view.index, " of the last step was never waited for ",
                  "(finalize_deferred() needs wait_bucket() or wait_all() before the next backward)");
+  if (!sync_) return;
+  VITDDP_CHECK(!in_backward_, "Reducer: prepare_for_backward() called twice without finalize()");
   in_backward_ = true;
   std::fill(ready_.begin(), ready_.end(), false);
   ready_order_.clear();
@@ -191,7 +192,8 @@ void Reducer::finish_backward() {
                   ". They did not take part in computing the loss; pass --find-unused-parameters to "
                   "all-reduce their (zero) gradients anyway, or remove them from the model");
     }
-    // Their gradients are the zeros the arena was cleared to: all-reduce them like the others.
+    // Their gradients are zero, or under --accumulate what earlier micro-batches of the step
+    // left in them: all-reduce them like the others.
     for (size_t i = 0; i < params_.size(); ++i) {
       if (ready_[i]) continue;
       ready_[i] = true;

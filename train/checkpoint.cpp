@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -707,6 +708,18 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
   apply_retention(dir, state.step, state.rank, state.world_size, options.keep);
   if (state.rank == 0) update_latest(dir, state.step, state.world_size);
   return step_dir;
+}
+
+void check_checkpoint_dir(const std::string& dir, bool resume) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  VITDDP_CHECK(!ec && is_directory(dir), "--checkpoint-dir ", dir, ": cannot make the folder (",
+               ec ? ec.message() : std::string("a file of that name is in the way"), ")");
+  if (resume) return;
+  const std::vector<std::pair<int64_t, std::string>> steps = step_folders(dir);
+  VITDDP_CHECK(steps.empty(), "--checkpoint-dir ", dir, " already holds checkpoints (newest: step ", steps.front().first,
+               "); pass --resume to continue that run, or choose an empty folder: a new run's first save would "
+               "delete them");
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& dir, int rank, std::ostream& log) {

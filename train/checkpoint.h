@@ -89,6 +89,13 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
 // MIN): see docs/reliability.md.
 std::optional<std::string> find_latest_checkpoint(const std::string& dir, int rank, std::ostream& log);
 
+// Before a run that checkpoints into `dir` starts (the launcher, or each rank of an external
+// one): makes the folder, so that a path that cannot be made fails now and not at the first
+// save, and, when the run does not --resume, refuses a folder that already holds step folders:
+// its first save's retention would delete them (Note [Checkpoint retention]). Throws
+// vitddp::Error naming the folder and the newest step found.
+void check_checkpoint_dir(const std::string& dir, bool resume);
+
 // Reads and checks `rank`'s files in `step_dir`: the record's JSON (well-formed, no unknown keys,
 // no missing fields, the right types), the model, world size, optimizer and PowerSGD use against
 // `expect`, the presence of every rank's record, the tensors file's size and CRC-32, its format,

@@ -211,7 +211,7 @@ nlohmann::json TrainConfig::to_json() const {
 
 void TrainConfig::validate() const {
   VITDDP_CHECK(gpus >= 0, "--gpus must be >= 0, got ", gpus);
-  VITDDP_CHECK(procs >= 0, "--procs must be >= 0, got ", procs);
+  VITDDP_CHECK(procs >= 0 && procs <= 1024, "--procs must be in [0, 1024], got ", procs);
   VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!op_breakdown || (procs == 0 && device != "cpu"),
                "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
@@ -221,8 +221,9 @@ void TrainConfig::validate() const {
                "' (allreduce, fp16, bf16, powersgd)");
   VITDDP_CHECK(powersgd_rank >= 1, "--powersgd-rank must be >= 1, got ", powersgd_rank);
   VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
-  VITDDP_CHECK(accumulate >= 1, "--accumulate must be >= 1, got ", accumulate);
-  VITDDP_CHECK(timeout > 0, "--timeout must be > 0 seconds, got ", timeout);
+  VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
+  // A millisecond at least (collectives are timed in ms), and no deadline past the clock's range.
+  VITDDP_CHECK(timeout >= 0.001 && timeout <= 1e7, "--timeout must be in [0.001, 1e7] seconds, got ", timeout);
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");
   for (auto [v, name] : {std::pair{image_size, "--image-size"}, {patch_size, "--patch-size"}, {layers, "--layers"},
                          {heads, "--heads"}, {hidden_dim, "--hidden-dim"}, {mlp_dim, "--mlp-dim"},
@@ -230,8 +231,9 @@ void TrainConfig::validate() const {
     VITDDP_CHECK(v >= 0, name, " must be positive, got ", v);
   VITDDP_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
   VITDDP_CHECK(batch_size <= 1 << 20, "--batch-size ", batch_size, " is too large");
-  VITDDP_CHECK(steps > 0, "--steps must be positive, got ", steps);
-  VITDDP_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
+  // Bounded so that warmup + steps cannot overflow; the step clock keeps an entry per step.
+  VITDDP_CHECK(steps > 0 && steps <= 100000000, "--steps must be in [1, 100000000], got ", steps);
+  VITDDP_CHECK(warmup >= 0 && warmup <= 100000000, "--warmup must be in [0, 100000000], got ", warmup);
   VITDDP_CHECK(dataset_size >= 0, "--dataset-size must be >= 0, got ", dataset_size);
   VITDDP_CHECK(workers >= 0 && workers <= 256, "--workers must be in [0, 256], got ", workers);
   VITDDP_CHECK(optimizer == "sgd" || optimizer == "adamw", "unknown optimizer '", optimizer, "' (sgd, adamw)");
@@ -257,7 +259,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
   profile_range();  // validates the format
   VITDDP_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every);
-  VITDDP_CHECK(checkpoint_keep >= 1, "--checkpoint-keep must be >= 1, got ", checkpoint_keep);
+  VITDDP_CHECK(checkpoint_keep >= 1 && checkpoint_keep <= 1000000, "--checkpoint-keep must be in [1, 1000000], got ",
+               checkpoint_keep);
   VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty(), "--checkpoint-every and --resume need --checkpoint-dir");
 }
 

@@ -14,12 +14,25 @@
 #include "train/bench/allreduce_bench.h"
 #include "train/bench/bench_command.h"
 #include "train/bench/loader_bench.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/cpu_binding.h"
 #include "train/exit_codes.h"
 #include "train/topology.h"
 #include "train/trace.h"
 #include "train/trainer.h"
+
+namespace {
+
+// "rank R: " for an error line, from whichever launcher's variable is set (as
+// read_rank_environment looks them up: RANK, then mpirun's, then srun's); "" for no rank.
+std::string rank_prefix() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name); v && *v) return std::string("rank ") + v + ": ";
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace vitddp;
@@ -35,6 +48,10 @@ int main(int argc, char** argv) {
     if (!parse_train_config(argc, argv, &config)) return kExitOk;
     if (!config.trace.empty()) check_trace_path(config.trace);  // before anything runs
     RankEnvironment env = read_rank_environment();
+    // Where the run writes (--save, --checkpoint-dir): checked before any step, not at the end.
+    // check_trace_path serves any output file; only rank 0 writes --save, so only it tries.
+    if (!config.save.empty() && (!env.distributed || env.rank == 0)) check_trace_path(config.save, "--save");
+    if (!config.checkpoint_dir.empty()) check_checkpoint_dir(config.checkpoint_dir, config.resume);
     const int processes = std::max(config.gpus, config.procs);
     // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
     if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
@@ -51,13 +68,11 @@ int main(int argc, char** argv) {
     if (config.json && env.rank == 0) std::cout << result.to_json(config).dump() << std::endl;
     return kExitOk;
   } catch (const Error& e) {
-    const char* rank = std::getenv("RANK");
     // One write: every rank and the launcher print to the same terminal at the same moment.
-    std::cerr << "train: " + (rank ? std::string("rank ") + rank + ": " : std::string()) + "error: " + e.what() + "\n"
-              << std::flush;
+    std::cerr << "train: " + rank_prefix() + "error: " + e.what() + "\n" << std::flush;
     return exit_code_for(e.kind());
   } catch (const std::bad_alloc&) {
-    std::cerr << "train: error: out of host memory" << std::endl;
+    std::cerr << "train: " + rank_prefix() + "error: out of host memory\n" << std::flush;
     return kExitInternal;
   } catch (const std::exception& e) {
     std::cerr << "train: internal error: " + std::string(e.what()) + "\n" << std::flush;

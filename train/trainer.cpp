@@ -303,6 +303,29 @@ bool inject_fault(int rank, int64_t step) {
 std::atomic<int> g_stop_signal{0};
 void request_stop(int sig) { g_stop_signal.store(sig); }
 
+// Installs request_stop for SIGINT and SIGTERM for one run, from a clear flag, and puts the
+// previous handlers back when the run ends, however it ends.
+class StopSignalScope {
+ public:
+  StopSignalScope() {
+    g_stop_signal.store(0);
+    struct sigaction on_signal {};
+    on_signal.sa_handler = request_stop;
+    sigemptyset(&on_signal.sa_mask);
+    sigaction(SIGINT, &on_signal, &old_int_);
+    sigaction(SIGTERM, &on_signal, &old_term_);
+  }
+  ~StopSignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignalScope(const StopSignalScope&) = delete;
+  StopSignalScope& operator=(const StopSignalScope&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_{};
+};
+
 // Note [Stopping on a signal]
 // A signal reaches the ranks at slightly different moments, but they must stop after the same
 // step, or one would wait forever in a collective. So each step all-reduces a "stop" flag, and
@@ -340,6 +363,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   Ddp ddp = setup_ddp(config, env, device, arena);
   VITDDP_CHECK(!config.update_in_forward || ddp.reducer, "--update-in-forward defers DDP's bucket updates: it needs "
                "data parallelism (--gpus N, --procs N or --ddp)");
+  VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
+               "buckets: it needs data parallelism (--gpus N, --procs N or --ddp)");
   std::unique_ptr<Optimizer> optimizer =
       config.optimizer == "sgd"
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
@@ -357,8 +382,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       for (double s : all.to_vector()) step = std::min<int64_t>(step, static_cast<int64_t>(s));
     }
     if (step > 0) {
+      // PowerSGD state is expected where this run has the hook (a DDP run), not wherever --hook says so.
+      const bool powersgd = ddp.reducer && dynamic_cast<const PowerSgdHook*>(&ddp.reducer->hook()) != nullptr;
       CheckpointExpectations expect{run.model.name, run.model.parameter_count(), world, arena.master_views(),
-                                    optimizer->name(), optimizer->state(), config.hook == "powersgd"};
+                                    optimizer->name(), optimizer->state(), powersgd};
       const std::string dir = config.checkpoint_dir + "/" + checkpoint_step_name(step);
       CheckpointState st = load_checkpoint(dir, env.rank, expect);
       restore_tensors(st.weights, arena.master_views(), "weights");
@@ -369,8 +396,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // The buckets first: the hook's per-bucket state is keyed by the saved ones.
       if (ddp.reducer && !st.buckets.empty()) ddp.reducer->restore_buckets(st.buckets);
       if (st.powersgd) {
-        auto* hook = dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook());
-        VITDDP_ASSERT(hook != nullptr, "a PowerSGD checkpoint for a run without the PowerSGD hook");
+        auto* hook = ddp.reducer ? dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook()) : nullptr;
+        VITDDP_ASSERT(hook != nullptr, "a PowerSGD checkpoint for a run without the PowerSGD hook (load_checkpoint "
+                      "checks that)");
         for (const auto& [index, b] : st.powersgd->buckets)
           VITDDP_CHECK(index < ddp.reducer->buckets().size() &&
                            (!b.error.defined() || b.error.numel() == ddp.reducer->buckets()[index].numel),
@@ -608,11 +636,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     const std::string dir = save_checkpoint(config.checkpoint_dir, st, options);
     out << "checkpoint: " << dir << "\n" << std::flush;
   };
-  struct sigaction on_signal {};
-  on_signal.sa_handler = request_stop;
-  sigemptyset(&on_signal.sa_mask);
-  sigaction(SIGINT, &on_signal, nullptr);
-  sigaction(SIGTERM, &on_signal, nullptr);
+  const StopSignalScope stop_signals;
   int64_t stopped_after = -1;
   bool told_rebuild = false;
 
@@ -675,13 +699,19 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (overlapped) overlapped->flush();  // the last step's updates, before the weights are read or saved
   if (stopped_after >= 0) {
     out << "stopped by signal " << g_stop_signal.load() << " after step " << stopped_after + 1
-        << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "") << "\n";
+        << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "")
+        << (config.save.empty() ? "" : "; --save " + config.save + " not written (the run did not finish)") << "\n";
     result.steps = stopped_after + 1 - start_step;
     result.stopped_early = true;
     return result;
   }
   VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
                " steps (--warmup + --steps)");
+  // The run's weights, before --op-breakdown's two extra steps change them.
+  if (!config.save.empty() && env.rank == 0) {
+    write_safetensors(config.save, arena.master_views());
+    out << "saved weights to " << config.save << "\n";
+  }
   if (config.op_breakdown) {
     // Its two extra steps are not reported like the others. Under --nonfinite stop their updates
     // run whatever the gradients hold, so each one's flag is read once it has run, before the
@@ -731,10 +761,6 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << result.trace["exposed_comm_ms"].get<double>() << " (overlap " << result.trace["overlap_pct"].get<double>()
         << "%)";
   out << "\n";
-  if (!config.save.empty() && env.rank == 0) {
-    write_safetensors(config.save, arena.master_views());
-    out << "saved weights to " << config.save << "\n";
-  }
   return result;
 }
 

@@ -26,7 +26,7 @@ namespace {
 // after the sum an Inf can only come from an overflow of finite values (NaN + x is NaN), the
 // same on every rank. Decompression records the steps whose result holds an Inf, on the device
 // and without the host waiting (a ring of kSlots entries; the trainer asks about a step at most
-// one step later). The Inf travels on: NonfiniteCheck finds it like any other non-finite value,
+// one step later, two under --update-in-forward). The Inf travels on: NonfiniteCheck finds it like any other non-finite value,
 // --nonfinite stop or skip decides, and the message carries explain_nonfinite()'s reason.
 // Buckets that are 16-bit already (mixed precision) are not checked: their non-finite values
 // cannot be told apart (bf16 buckets have fp32's range; an fp16 hook on them is a rare choice).

@@ -98,6 +98,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
     }
   } else if (!meta.grad) {
     meta.grad = Tensor::zeros(leaf.shape(), leaf.dtype(), leaf.device()).impl_ptr();
+  } else if (meta.grad_stale) {  // no gradient this step: zero, not last step's, before the hooks see it
+    Tensor(meta.grad).fill_(0.0);
+    meta.grad_stale = false;
   }
   // Copy the list: a hook may register or remove hooks.
   auto hooks = meta.grad_ready_hooks;

@@ -78,6 +78,9 @@ TEST(DeferredFinalize, BucketsMustBeWaitedForBeforeTheNextBackward) {
   s.loss(2).backward();
   s.reducer->finalize_deferred();
   EXPECT_THROW(s.reducer->prepare_for_backward(), Error);
+  s.reducer->set_sync(false);  // a no-sync micro-batch would accumulate into buckets in flight
+  EXPECT_THROW(s.reducer->prepare_for_backward(), Error);
+  s.reducer->set_sync(true);
   s.reducer->wait_all();
   s.reducer->wait_all();  // a second time: nothing left
   EXPECT_NO_THROW(s.reducer->prepare_for_backward());

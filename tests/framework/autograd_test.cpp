@@ -4,6 +4,7 @@
 
 #include "common/test_utils.h"
 #include "framework/autograd/grad_mode.h"
+#include "framework/autograd/node.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/reduce.h"
 #include "framework/ops/shape_ops.h"
@@ -105,6 +106,21 @@ TEST(Autograd, GradReadyHookFiresOnceWithTheFinalGradient) {
   EXPECT_EQ(x_calls, 2);
   EXPECT_EQ(b_calls, 1);  // b is not in this graph
   EXPECT_EQ(x_seen, (std::vector<double>{7.5, 1.5, 11.5}));
+}
+
+// A leaf whose accumulator runs without a gradient (an op gave its input none) while it still
+// holds last step's (stale, Note [Gradients in place]): its hooks see zeros, not the old values.
+TEST(Autograd, AStaleGradientWithNoNewOneIsZeroedBeforeTheHooks) {
+  Tensor w = Tensor::from_vector({1.0, 2.0}, {2}, DType::kF32);
+  w.set_requires_grad(true);
+  AutogradMeta& meta = w.autograd_meta();
+  meta.grad = Tensor::from_vector({5.0, -3.0}, {2}, DType::kF32).impl_ptr();
+  meta.grad_stale = true;
+  std::vector<double> seen;
+  w.register_grad_ready_hook([&](const Tensor& leaf) { seen = leaf.grad().to_vector(); });
+  grad_accumulator(w)->apply({Tensor()});
+  EXPECT_EQ(seen, (std::vector<double>{0.0, 0.0}));
+  EXPECT_FALSE(meta.grad_stale);
 }
 
 TEST(Autograd, HookCanBeRemoved) {

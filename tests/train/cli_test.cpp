@@ -63,7 +63,7 @@ TEST(TrainCli, BadFlagsAndModels) {
   EXPECT_TRUE(bad_input("--model vit_x", "unknown model 'vit_x'"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --batch-size 0", "--batch-size must be positive"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --batch-size -3", "--batch-size must be positive"));
-  EXPECT_TRUE(bad_input(std::string(kTiny) + " --steps 0", "--steps must be positive"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --steps 0", "--steps must be in [1, 100000000], got 0"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim -1", "--hidden-dim must be positive"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --patch-size 7", "patch size 7 does not divide image size 32"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --optimizer lamb", "unknown optimizer 'lamb'"));
@@ -80,6 +80,33 @@ TEST(TrainCli, GpusWithoutGpusIsAClearError) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--op-breakdown times CUDA kernels: it needs a GPU"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << r.out;
+}
+
+// Where a run writes is checked before it trains: --save's folder, a --checkpoint-dir that cannot be
+// made, and one that holds an earlier run's checkpoints without --resume (its first save would
+// delete them: they are left as they are). A hook without data parallelism is refused, not ignored.
+TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
+  const auto dir = temp_dir() / "outputs";
+  std::filesystem::create_directories(dir);
+  const std::string tiny(kTiny);
+  EXPECT_TRUE(bad_input(tiny + " --save " + (dir / "missing" / "w.safetensors").string(),
+                        "--save " + (dir / "missing" / "w.safetensors").string() + ": folder"));
+  std::ofstream(dir / "a_file") << "x";
+  EXPECT_TRUE(bad_input(tiny + " --checkpoint-dir " + (dir / "a_file" / "ckpt").string(), "cannot make the folder"));
+
+  const std::string ckpt = (dir / "ckpt").string();
+  ProcessResult first = train(tiny + " --checkpoint-dir " + ckpt + " --checkpoint-every 1");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_TRUE(std::filesystem::exists(ckpt + "/step-000002")) << first.out;
+  EXPECT_TRUE(bad_input(tiny + " --checkpoint-dir " + ckpt + " --checkpoint-every 1",
+                        "--checkpoint-dir " + ckpt + " already holds checkpoints (newest: step 2); pass --resume"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-000002"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-000001"));
+
+  EXPECT_TRUE(bad_input(tiny + " --hook powersgd", "--hook powersgd compresses DDP's gradient buckets: it needs data "
+                                                   "parallelism"));
+  EXPECT_TRUE(bad_input(tiny + " --timeout 0.00001", "--timeout must be in [0.001, 1e7] seconds"));
+  EXPECT_TRUE(bad_input(tiny + " --checkpoint-keep 4294967296", "--checkpoint-keep must be in [1, 1000000]"));
 }
 
 TEST(TrainCli, BadConfigFiles) {

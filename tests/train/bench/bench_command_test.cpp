@@ -137,7 +137,7 @@ TEST(BenchSweep, BadSweepFileIsOneLineAndExit2BeforeAnyRun) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"label": "ok"}, {"label": "typo", "bucket_mb": 25}])", "runs[1] (\"typo\"): unknown key \"bucket_mb\""},
       {R"({"label": "ok"}, {"label": "zip", "hook": "zip"}])", "runs[1] (\"zip\"): unknown hook 'zip'"},
-      {R"({"label": "ok"}, {"label": "neg", "steps": -3}])", "runs[1] (\"neg\"): --steps must be positive"},
+      {R"({"label": "ok"}, {"label": "neg", "steps": -3}])", "runs[1] (\"neg\"): --steps must be in [1, 100000000], got -3"},
       {R"({"label": "ok"}, {"label": "type", "steps": "3"}])", "runs[1] (\"type\"): \"steps\" must be an integer"},
       {R"({"label": "ok", "env": {"LD_PRELOAD": "x"}}])", "env \"LD_PRELOAD\" is not allowed"}};
   for (const auto& [runs, message] : cases) {
