@@ -103,10 +103,14 @@ ResolvedRun resolve_run(const TrainConfig& c, const RankEnvironment& env, std::o
   if (c.gpus > 0) {
     VITDDP_CHECK(c.device == "auto" || c.device.rfind("cuda", 0) == 0, "--gpus ", c.gpus,
                  " conflicts with --device ", c.device);
+    // One GPU per process: a rank uses the GPU of its local rank; a device named for all of them
+    // would put every rank on the same GPU, which NCCL refuses only once the ranks have started.
+    VITDDP_CHECK(c.gpus == 1 || c.device == "auto" || c.device == "cuda", "--gpus ", c.gpus,
+                 " gives each rank the GPU of its local rank; --device ", c.device,
+                 " would put every rank on one GPU (leave --device out)");
     VITDDP_CHECK(c.gpus <= visible, "--gpus ", c.gpus, " asked for but ", visible, " GPU(s) visible: ",
                  describe_visible_gpus());
-    // One GPU per process: a rank uses the GPU of its local rank.
-    if (device == "auto") device = "cuda:" + std::to_string(env.local_rank);
+    if (device == "auto" || device == "cuda") device = "cuda:" + std::to_string(env.local_rank);
   }
   if (device == "auto") {
     if (visible > 0) {

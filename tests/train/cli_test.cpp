@@ -73,6 +73,9 @@ TEST(TrainCli, BadFlagsAndModels) {
 
 TEST(TrainCli, GpusWithoutGpusIsAClearError) {
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --gpus 2 --device cuda:1",
+                        "--gpus 2 gives each rank the GPU of its local rank; --device cuda:1 would put every rank on "
+                        "one GPU (leave --device out)"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --device cuda", "cuda:0 asked for but 0 GPU(s) visible"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --procs 2 --op-breakdown", "--op-breakdown times CUDA kernels"));
   // Refused before training (one line on stderr, no progress lines on stdout).
