@@ -729,7 +729,8 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir, int ra
   for (const auto& [step, path] : steps) {
     std::string problem = whole_problem(path, rank);
     if (problem.empty()) return path;
-    log << "warning: skipping checkpoint " << path << ": " << problem << "\n";
+    // One write: every rank may say it at once on a shared stderr.
+    log << ("warning: skipping checkpoint " + path + ": " + problem + "\n") << std::flush;
     problems += (problems.empty() ? "" : "; ") + base_name(path) + ": " + problem;
   }
   throw Error("no whole checkpoint for rank " + std::to_string(rank) + " in " + dir + " (" + problems + ")");

@@ -199,8 +199,9 @@ std::string gemm_cache_dir(const TrainConfig& config) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    std::cerr << "note: cannot make the GEMM algorithm cache folder " << dir << ": " << ec.message()
-              << "; GEMM algorithms are chosen afresh in this run\n";
+    std::cerr << ("note: cannot make the GEMM algorithm cache folder " + dir + ": " + ec.message() +
+                  "; GEMM algorithms are chosen afresh in this run\n")
+              << std::flush;  // one write: every rank may say it at once
     return "";
   }
   return dir;
