@@ -89,6 +89,13 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
 // MIN): see docs/reliability.md.
 std::optional<std::string> find_latest_checkpoint(const std::string& dir, int rank, std::ostream& log);
 
+// The settings that decide which data a resumed run sees and how its steps run, where `now`
+// (TrainConfig::to_json() of this run) differs from the checkpoint's record of its own (`saved`):
+// "--seed 1 -> 3" each, in a fixed order. Keys an older record lacks are not compared. The
+// checkpoint holds what a resume needs to continue exactly, not these: a change is allowed
+// (the trainer warns), but the run is then not the one that was interrupted.
+std::vector<std::string> resume_setting_changes(const nlohmann::json& saved, const nlohmann::json& now);
+
 // Before a run that checkpoints into `dir` starts (the launcher, or each rank of an external
 // one): makes the folder, so that a path that cannot be made fails now and not at the first
 // save, and, when the run does not --resume, refuses a folder that already holds step folders:

@@ -393,6 +393,13 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                                     optimizer->name(), optimizer->state(), powersgd};
       const std::string dir = config.checkpoint_dir + "/" + checkpoint_step_name(step);
       CheckpointState st = load_checkpoint(dir, env.rank, expect);
+      const std::vector<std::string> changes = resume_setting_changes(st.config, config.to_json());
+      if (!changes.empty()) {
+        std::string list;
+        for (const std::string& c : changes) list += (list.empty() ? "" : ", ") + c;
+        out << "warning: resuming " << dir << " with settings its run did not have (" << list
+            << "): training goes on, but not as the interrupted run would have\n";
+      }
       restore_tensors(st.weights, arena.master_views(), "weights");
       if (arena.mixed_precision()) arena.flat_params().copy_(arena.flat_master());
       restore_tensors(st.optimizer_state, optimizer->state(), "optimizer state");

@@ -801,6 +801,21 @@ TEST(Checkpoint, EveryBadInputGivesAClearError) {
   EXPECT_GE(checked, 40);
 }
 
+// A resume with other data or step settings is allowed, and each change is named; settings a
+// resume may change on purpose (the learning rate) and keys an older record lacks are not.
+TEST(Checkpoint, ResumeSettingChangesNameWhatDiffers) {
+  const nlohmann::json saved = {{"seed", 1}, {"batch-size", 4}, {"lr", 0.1}, {"data", "synthetic"}};
+  EXPECT_TRUE(resume_setting_changes(saved, saved).empty());
+  nlohmann::json now = saved;
+  now["seed"] = 3;
+  now["lr"] = 0.2;
+  now["data"] = "learnable";
+  now["bucket-mb"] = 100;  // not in the saved record: not compared
+  EXPECT_EQ(resume_setting_changes(saved, now),
+            (std::vector<std::string>{"--seed 1 -> 3", "--data \"synthetic\" -> \"learnable\""}));
+  EXPECT_TRUE(resume_setting_changes(nlohmann::json(), now).empty());
+}
+
 TEST(Checkpoint, MoreRanksThanTheCheckpointIsRefusedByName) {
   // A 4-rank run resuming a 2-rank checkpoint: ranks 2 and 3 have no files, and still get the
   // world-size message rather than "missing".

@@ -106,6 +106,13 @@ TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
   EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-000002"));
   EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-000001"));
 
+  ProcessResult resumed = train(tiny + " --checkpoint-dir " + ckpt + " --resume --steps 3 --seed 7");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("warning: resuming " + ckpt + "/step-000002 with settings its run did not have (--seed "),
+            std::string::npos)
+      << resumed.out;
+  EXPECT_NE(resumed.out.find(" -> 7): training goes on"), std::string::npos) << resumed.out;
+
   EXPECT_TRUE(bad_input(tiny + " --hook powersgd", "--hook powersgd compresses DDP's gradient buckets: it needs data "
                                                    "parallelism"));
   EXPECT_TRUE(bad_input(tiny + " --timeout 0.00001", "--timeout must be in [0.001, 1e7] seconds"));
