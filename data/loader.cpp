@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
 #include "framework/core/error.h"
 
@@ -13,7 +14,8 @@ DataLoader::DataLoader(const Dataset& dataset, const DistributedSampler& sampler
   VITDDP_CHECK(options.num_workers >= 0, "data loader: num_workers must be >= 0, got ", options.num_workers);
   prefetch_ = options.prefetch.value_or(std::max(4, 2 * options.num_workers));
   VITDDP_CHECK(prefetch_ >= 1, "data loader: prefetch must be >= 1, got ", prefetch_);
-  VITDDP_CHECK(options.start_step >= 0, "data loader: start_step must be >= 0, got ", options.start_step);
+  VITDDP_CHECK(options.start_step >= 0 && options.start_step <= (int64_t{1} << 53),
+               "data loader: start_step must be in [0, 2^53], got ", options.start_step);
   const int64_t n = sampler.num_samples();
   batches_per_epoch_ = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
   VITDDP_CHECK(batches_per_epoch_ > 0, "data loader: ", n, " samples per rank and epoch make no full batch of ",
@@ -21,13 +23,30 @@ DataLoader::DataLoader(const Dataset& dataset, const DistributedSampler& sampler
   first_epoch_ = sampler.epoch();
   if (!options_.allocator) options_.allocator = [](const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); };
   next_claim_ = next_return_ = options.start_step;
-  // The sampler must index into this dataset; check once with the first epoch's indices.
-  std::lock_guard<std::mutex> lock(mu_);
-  auto first = indices_locked(epoch_of(next_return_));
-  const int64_t max_index = first->empty() ? -1 : *std::max_element(first->begin(), first->end());
-  VITDDP_CHECK(max_index < dataset.size(), "data loader: the sampler yields index ", max_index,
-               " but the dataset has only ", dataset.size(), " samples");
-  for (int i = 0; i < options.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  {
+    // The sampler must index into this dataset; check once with the first epoch's indices.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto first = indices_locked(epoch_of(next_return_));
+    const int64_t max_index = first->empty() ? -1 : *std::max_element(first->begin(), first->end());
+    VITDDP_CHECK(max_index < dataset.size(), "data loader: the sampler yields index ", max_index,
+                 " but the dataset has only ", dataset.size(), " samples");
+  }
+  try {
+    for (int i = 0; i < options.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    // Out of threads (a pids limit): stop and join those started, or their destruction would
+    // terminate the program, and say so in one line.
+    const size_t started = workers_.size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+    throw Error(detail::concat("data loader: cannot start worker thread ", started + 1, " of ", options.num_workers,
+                               " (", e.what(), "); use fewer --workers"));
+  }
 }
 
 DataLoader::~DataLoader() {

@@ -343,6 +343,8 @@ Record parse_record_text(const std::string& text, const std::string& label) {
   rec.dropout_counter = r.unsigned64(rng["dropout"], "rng.dropout", "counter");
 
   rec.loader_step = r.integer(j, "", "loader_step", 0);
+  // A count of batches: far below INT64_MAX, whose neighbourhood would overflow the loader's claims.
+  if (rec.loader_step > (int64_t{1} << 53)) r.fail("field 'loader_step' is out of range: ", rec.loader_step);
 
   const json& psgd = j["powersgd"];
   if (!psgd.is_null()) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/message_text.h"
 
 namespace vitddp {
 namespace {
@@ -151,7 +152,8 @@ void apply_json_value(const OptionSpec& spec, const nlohmann::json& value, const
         return true;
       },
       spec.field);
-  VITDDP_CHECK(ok, file, ": \"", spec.name, "\" must be ", type_name(spec.field), ", got ", value.dump());
+  VITDDP_CHECK(ok, file, ": \"", spec.name, "\" must be ", type_name(spec.field), ", got ",
+               sanitize_for_message(value.dump(), 80));
 }
 
 void load_json_config(const std::string& path, TrainConfig& config) {
@@ -180,12 +182,54 @@ std::string find_config_flag(int argc, char** argv) {
 
 }  // namespace
 
+namespace {
+
+// Nesting depth at most 8; malformed JSON as one line.
+class ConfigShape final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit ConfigShape(const std::string& path) : path_(path) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    throw Error(path_ + ": malformed JSON: " + sanitize_for_message(e.what(), 200));
+  }
+
+ private:
+  static constexpr int kMaxDepth = 8;
+  bool open() {
+    VITDDP_CHECK(++depth_ <= kMaxDepth, path_, ": JSON nested deeper than ", kMaxDepth, " levels");
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  const std::string& path_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
 void parse_json_config(const std::string& text, const std::string& path, TrainConfig* config) {
+  // A config is flat (keys and scalars). A linear SAX pass first refuses deeper nesting, before
+  // any tree is built (nlohmann's callback parser would rescan wide objects: quadratic).
+  ConfigShape shape(path);
+  nlohmann::json::sax_parse(text, &shape);
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": malformed JSON: " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // the SAX pass accepted it: not expected
+    throw Error(path + ": malformed JSON: " + sanitize_for_message(e.what(), 200));
   }
   VITDDP_CHECK(doc.is_object(), path, ": a config file must hold a JSON object");
   auto table = option_table(*config);
@@ -196,7 +240,7 @@ void parse_json_config(const std::string& text, const std::string& path, TrainCo
     if (!spec) {
       std::string known;
       for (const auto& s : table) known += (known.empty() ? "" : ", ") + std::string(s.name);
-      throw Error(path + ": unknown key \"" + key + "\" (known: " + known + ")");
+      throw Error(path + ": unknown key \"" + sanitize_for_message(key, 80) + "\" (known: " + known + ")");
     }
     apply_json_value(*spec, value, path);
   }
@@ -234,7 +278,8 @@ void TrainConfig::validate() const {
   // Bounded so that warmup + steps cannot overflow; the step clock keeps an entry per step.
   VITDDP_CHECK(steps > 0 && steps <= 100000000, "--steps must be in [1, 100000000], got ", steps);
   VITDDP_CHECK(warmup >= 0 && warmup <= 100000000, "--warmup must be in [0, 100000000], got ", warmup);
-  VITDDP_CHECK(dataset_size >= 0, "--dataset-size must be >= 0, got ", dataset_size);
+  VITDDP_CHECK(dataset_size >= 0 && dataset_size <= kMaxDatasetSize, "--dataset-size must be in [0, ", kMaxDatasetSize,
+               "], got ", dataset_size);
   VITDDP_CHECK(workers >= 0 && workers <= 256, "--workers must be in [0, 256], got ", workers);
   VITDDP_CHECK(optimizer == "sgd" || optimizer == "adamw", "unknown optimizer '", optimizer, "' (sgd, adamw)");
   VITDDP_CHECK(lr >= 0, "--lr must be >= 0, got ", lr);

@@ -15,6 +15,9 @@ class App;
 
 namespace vitddp {
 
+// Samples a synthetic dataset may hold: the sampler keeps an index per sample (8 GB at this size).
+constexpr int64_t kMaxDatasetSize = 1000000000;
+
 struct TrainConfig {
   // where
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
@@ -28,7 +31,7 @@ struct TrainConfig {
   std::string save;             // write trained weights here (safetensors)
   // data
   std::string data = "synthetic";  // synthetic | learnable | gpu | PATH.safetensors
-  int64_t dataset_size = 0;        // 0: (warmup + steps) * batch * world, as the reference
+  int64_t dataset_size = 0;        // 0: (warmup + steps) * batch * world, as the reference (at most kMaxDatasetSize)
   int workers = 4;
   // optimisation
   int64_t batch_size = 32;

@@ -564,8 +564,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   };
   // One optimizer step: `accumulate` micro-batches, of which only the last communicates.
   bool poison_loss = false;  // VITDDP_FAULT ...:nan
+  int64_t step_images = 0;   // this rank's images in the last train_step (a file's last batch may be short)
   auto train_step = [&] {
     arena.mark_grads_stale();  // not zeroed: overwritten by the first gradient (Note [Gradients in place])
+    step_images = 0;
     Tensor step_loss;
     for (int64_t micro = 0; micro < config.accumulate; ++micro) {
       const bool sync = micro + 1 == config.accumulate;
@@ -574,6 +576,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         TracedPhase phase(tracing, "get batch", NvtxColor::kData);
         batch = batches->next();
       }
+      step_images += batch.images.shape()[0];
       TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
       // With --update-in-forward the last buckets' all-reduce runs beside the forward too.
       std::optional<GemmSmCarveout> forward_carveout;
@@ -661,6 +664,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   const auto [profile_first, profile_last] = config.profile_range();
   VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");
+  const int64_t timed_first = std::max(config.warmup, start_step);  // the steps the summary times
+  int64_t timed_images = 0;
   for (int64_t step = start_step; step < total; ++step) {
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_first) cuda::profiler_start();
@@ -671,6 +676,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     TracedRange step_range(tracing ? &tracing->recorder() : nullptr, nvtx_step_name(step + 1), NvtxColor::kStep,
                            env.rank, step);
     Tensor loss = train_step();
+    if (step >= timed_first) timed_images += step_images;
     step_range.end();
     if (tracing) tracing->end_step();
     // See Note [Stopping on a signal]: this step's flag, reduced; the last step's decides.
@@ -744,13 +750,14 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     result.op_breakdown = op_breakdown(whole_step, stop_if_bad, ddp.group.get(), out);
   }
 
-  const int64_t timed_first = std::max(config.warmup, start_step);
   VITDDP_CHECK(timed_first < total, "no timed step left after resuming at step ", start_step,
                ": raise --steps");
   result.steps = total - timed_first;  // fewer than --steps after a resume
   result.seconds = clock->span_seconds(timed_first, total - 1);
   result.steps_per_s = static_cast<double>(result.steps) / result.seconds;
-  result.images_per_s = result.steps_per_s * config.batch_size * config.accumulate * world;
+  // The images the timed steps took (rank 0's, times the ranks: the sampler gives each rank as many),
+  // not batch size x steps: a file dataset's last batch of an epoch may be short.
+  result.images_per_s = static_cast<double>(timed_images) * world / result.seconds;
   result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
   result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();

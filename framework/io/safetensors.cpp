@@ -28,7 +28,11 @@ namespace {
 std::string quote(const std::string& text, size_t max_len = 120) { return quote_for_message(text, max_len); }
 std::string sanitize(const std::string& text, size_t max_len = 300) { return sanitize_for_message(text, max_len); }
 
-using ojson = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;  // writing: the header in the order we give it
+// Reading parses into std::map-backed JSON and keeps the tensors' order from the parser's key
+// events: ordered_json finds each key by a linear search, so a hostile header with a million
+// names took about 5e11 comparisons to parse.
+using rjson = nlohmann::json;
 
 
 
@@ -55,62 +59,93 @@ std::string typed_shape(DType dtype, const Shape& shape) {
   return std::string(safetensors_dtype_name(dtype)) + shape_str(shape);
 }
 
-const char* json_type(const ojson& j) { return j.type_name(); }
+const char* json_type(const rjson& j) { return j.type_name(); }
 
-// Parses the JSON with duplicate-key and nesting-depth checks; throws one-line errors.
-ojson parse_json(const char* text, size_t size, const std::string& label) {
-  // nlohmann stops at a NUL byte as if the input ended there; JSON has no place for one.
-  if (const void* nul = std::memchr(text, 0, size))
-    fail(label, "header is not valid JSON (NUL byte at offset ", static_cast<const char*>(nul) - text, ")");
-  std::vector<std::unordered_set<std::string>> keys;  // one set per open object
-  int depth = 0;
-  auto callback = [&](int, ojson::parse_event_t event, ojson& parsed) {
-    switch (event) {
-      case ojson::parse_event_t::object_start:
-        keys.emplace_back();
-        [[fallthrough]];
-      case ojson::parse_event_t::array_start:
-        // The format needs 3 levels (header, entry, shape); deeper input is hostile.
-        if (++depth > 3) fail(label, "header JSON is nested deeper than the format allows");
-        break;
-      case ojson::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        --depth;
-        break;
-      case ojson::parse_event_t::array_end:
-        --depth;
-        break;
-      case ojson::parse_event_t::key: {
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (!keys.empty() && !keys.back().insert(key).second) {
-          if (keys.size() == 1) fail(label, "duplicate tensor name ", quote(key), " in the header");
-          fail(label, "duplicate key ", quote(key), " in the header");
-        }
-        break;
-      }
-      default:
-        break;
+// The parsed header and its top-level keys in file order.
+struct ParsedHeader {
+  rjson json;
+  std::vector<std::string> order;
+};
+
+// One linear pass of nlohmann's SAX interface over the header: nesting depth, duplicate keys and
+// the tensors' order. (nlohmann's callback parser, which did this before, scans the whole parent
+// object at every nested object's end: quadratic in the tensor count.)
+class HeaderShape final : public nlohmann::json_sax<rjson> {
+ public:
+  explicit HeaderShape(const std::string& label) : label_(label) {}
+  std::vector<std::string> order;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    keys_.emplace_back();
+    return open();
+  }
+  bool key(string_t& key) override {
+    if (!keys_.back().insert(key).second) {
+      if (keys_.size() == 1) fail(label_, "duplicate tensor name ", quote(key), " in the header");
+      fail(label_, "duplicate key ", quote(key), " in the header");
     }
+    if (keys_.size() == 1 && depth_ == 1) order.push_back(key);
     return true;
-  };
-  try {
-    return ojson::parse(text, text + size, callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const ojson::exception& e) {
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at ..."
     if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
       what = what.substr(what.find("] ") + 2);
-    fail(label, "header is not valid JSON (", sanitize(what), ")");
+    fail(label_, "header is not valid JSON (", sanitize(what), ")");
+  }
+
+ private:
+  bool open() {
+    // The format needs 3 levels (header, entry, shape); deeper input is hostile.
+    if (++depth_ > 3) fail(label_, "header JSON is nested deeper than the format allows");
+    return true;
+  }
+  const std::string& label_;
+  std::vector<std::unordered_set<std::string>> keys_;  // one set per open object
+  int depth_ = 0;
+};
+
+// Parses the JSON with duplicate-key and nesting-depth checks; throws one-line errors.
+ParsedHeader parse_json(const char* text, size_t size, const std::string& label) {
+  // nlohmann stops at a NUL byte as if the input ended there; JSON has no place for one.
+  if (const void* nul = std::memchr(text, 0, size))
+    fail(label, "header is not valid JSON (NUL byte at offset ", static_cast<const char*>(nul) - text, ")");
+  HeaderShape shape(label);  // first: a hostile header fails here, before any tree is built
+  rjson::sax_parse(text, text + size, &shape, nlohmann::detail::input_format_t::json, /*strict=*/true,
+                   /*ignore_comments=*/false);
+  try {
+    return {rjson::parse(text, text + size, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/false),
+            std::move(shape.order)};
+  } catch (const rjson::exception& e) {  // the SAX pass accepted it: not expected
+    fail(label, "header is not valid JSON (", sanitize(e.what()), ")");
   }
 }
 
 // Reads a non-negative JSON integer into *out; false if `j` is anything else.
-bool get_u64(const ojson& j, uint64_t* out) {
+bool get_u64(const rjson& j, uint64_t* out) {
   if (!j.is_number_unsigned()) return false;
   *out = j.get<uint64_t>();
   return true;
 }
 
-Entry parse_entry(const std::string& name, const ojson& j, uint64_t data_size, const std::string& label) {
+Entry parse_entry(const std::string& name, const rjson& j, uint64_t data_size, const std::string& label) {
   const std::string what = "tensor " + quote(name);
   if (!j.is_object()) fail(label, what, " must be a JSON object, got ", json_type(j));
   for (const auto& item : j.items()) {
@@ -133,7 +168,7 @@ Entry parse_entry(const std::string& name, const ojson& j, uint64_t data_size, c
   if (!it->is_array()) fail(label, what, " shape must be an array, got ", json_type(*it));
   if (it->size() > static_cast<size_t>(kSafetensorsMaxRank))
     fail(label, what, " has rank ", it->size(), ", more than the limit of ", kSafetensorsMaxRank);
-  for (const ojson& d : *it) {
+  for (const rjson& d : *it) {
     uint64_t dim = 0;
     if (d.is_number_integer() && !d.is_number_unsigned())
       fail(label, what, " has negative dimension ", d.get<int64_t>(), " in its shape");
@@ -155,11 +190,13 @@ Entry parse_entry(const std::string& name, const ojson& j, uint64_t data_size, c
   const uint64_t elem = dtype_size(e.dtype);
   uint64_t numel = 1;
   bool overflow = false;
+  // The product of the non-zero dimensions must fit too: the strides are products of them even
+  // when another dimension is 0 (an empty tensor of shape [0, 2^32, 2^32] has a stride of 2^64).
+  bool has_zero = false;
   for (int64_t d : e.shape) {
     if (d == 0) {
-      numel = 0;
-      overflow = false;
-      break;
+      has_zero = true;
+      continue;
     }
     if (numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) overflow = true;
     else numel *= static_cast<uint64_t>(d);
@@ -167,6 +204,7 @@ Entry parse_entry(const std::string& name, const ojson& j, uint64_t data_size, c
   if (overflow || numel > std::numeric_limits<uint64_t>::max() / elem ||
       numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     fail(label, what, " shape ", typed_shape(e.dtype, e.shape), " has too many elements");
+  if (has_zero) numel = 0;
   const uint64_t need = numel * elem;
   if (e.end - e.begin != need)
     fail(label, what, " data_offsets ", offsets_str(e.begin, e.end), " hold ", e.end - e.begin, " bytes but ",
@@ -180,13 +218,14 @@ struct Header {
 };
 
 Header parse_header(const char* text, size_t size, uint64_t data_size, const std::string& label) {
-  ojson j = parse_json(text, size, label);
+  const ParsedHeader parsed = parse_json(text, size, label);
+  const rjson& j = parsed.json;
   if (!j.is_object()) fail(label, "header must be a JSON object, got ", json_type(j));
   Header h;
-  for (const auto& item : j.items()) {
-    const std::string& key = item.key();
+  for (const std::string& key : parsed.order) {
+    const rjson& value = j.at(key);
     if (key == "__metadata__") {
-      const ojson& m = item.value();
+      const rjson& m = value;
       if (!m.is_object()) fail(label, "__metadata__ must be an object of strings, got ", json_type(m));
       for (const auto& kv : m.items()) {
         if (!kv.value().is_string())
@@ -197,7 +236,7 @@ Header parse_header(const char* text, size_t size, uint64_t data_size, const std
     }
     if (key.empty()) fail(label, "header has a tensor with an empty name");
     if (key.rfind("__", 0) == 0) fail(label, "header has unknown reserved key ", quote(key));
-    h.entries.push_back(parse_entry(key, item.value(), data_size, label));
+    h.entries.push_back(parse_entry(key, value, data_size, label));
   }
   // The tensors must tile the data region exactly: sorted by offset, each starts where the
   // previous one ended, and the last ends at the end of the file.

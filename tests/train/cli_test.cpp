@@ -158,6 +158,22 @@ TEST(TrainCli, BadSafetensorsFiles) {
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --data " + data, "labels"));
 }
 
+// Throughput counts the images the steps took: a file of 6 samples in batches of 4 gives batches
+// of 4 and 2 (the epoch's last one short), 12 images in 4 steps, not 16.
+TEST(TrainCli, ImagesPerSecondCountsShortBatches) {
+  auto dir = temp_dir();
+  Generator gen(5);
+  std::vector<double> label_values = {0, 1, 2, 3, 4, 5};
+  std::string data = (dir / "six.safetensors").string();
+  write_safetensors(data, {{"images", testing::random_tensor({6, 3, 32, 32}, gen, DType::kF32)},
+                           {"labels", Tensor::from_vector(label_values, {6}, DType::kI64)}});
+  ProcessResult r = train("--model vit_tiny --steps 4 --warmup 0 --batch-size 4 --workers 1 --json --data " + data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string trimmed = r.out.substr(0, r.out.find_last_not_of('\n') + 1);
+  auto j = nlohmann::json::parse(trimmed.substr(trimmed.rfind('\n') + 1));
+  EXPECT_NEAR(j["images_per_s"].get<double>() / j["steps_per_s"].get<double>(), 3.0, 1e-9) << r.out;
+}
+
 TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
   auto dir = temp_dir();
   std::string saved = (dir / "trained.safetensors").string();

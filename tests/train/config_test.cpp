@@ -59,6 +59,32 @@ TEST(TrainConfig, ValidationNamesTheSetting) {
   c = TrainConfig();
   c.launch_window = -1;
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--launch-window must be 0 (no limit)", "got -1"}));
+  c = TrainConfig();
+  c.dataset_size = kMaxDatasetSize + 1;
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--dataset-size must be in [0, 1000000000]"}));
+}
+
+// A hostile config file is one line too: nesting far deeper than a flat config needs is refused
+// while parsing (no recursion over it), and a key or value is printed without its control bytes.
+TEST(TrainConfig, HostileConfigFilesAreOneLine) {
+  TrainConfig c;
+  const std::string deep = "{\"steps\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_TRUE(testing::throws_with([&] { parse_json_config(deep, "deep.json", &c); },
+                                   {"deep.json: JSON nested deeper than 8 levels"}));
+  try {
+    parse_json_config("{\"a\\nb\": 1}", "key.json", &c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("key.json: unknown key \"a?b\""), std::string::npos) << e.what();
+  }
+  try {
+    parse_json_config("{\"steps\": [[[\"x\\ny\"]]]}", "value.json", &c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("value.json: \"steps\" must be"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

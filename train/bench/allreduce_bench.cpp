@@ -381,12 +381,14 @@ BenchPlan make_plan(const BenchFlags& f) {
   plan.dtype = f.dtype == "bf16" ? DType::kBF16 : DType::kF32;
   VITDDP_CHECK(f.op == "sum" || f.op == "avg", "--op must be sum or avg, got '", f.op, "'");
   plan.op = f.op == "avg" ? ReduceOp::kAvg : ReduceOp::kSum;
-  VITDDP_CHECK(f.iters >= 1, "--iters must be >= 1, got ", f.iters);
-  VITDDP_CHECK(f.warmup_iters >= 0, "--warmup-iters must be >= 0, got ", f.warmup_iters);
+  // The limits train's own flags have (TrainConfig::validate): no overflow, no deadline past the clock.
+  VITDDP_CHECK(f.iters >= 1 && f.iters <= 1000000, "--iters must be in [1, 1000000], got ", f.iters);
+  VITDDP_CHECK(f.warmup_iters >= 0 && f.warmup_iters <= 1000000, "--warmup-iters must be in [0, 1000000], got ",
+               f.warmup_iters);
   VITDDP_CHECK(f.gpus >= 0, "--gpus must be >= 0, got ", f.gpus);
-  VITDDP_CHECK(f.procs >= 0, "--procs must be >= 0, got ", f.procs);
+  VITDDP_CHECK(f.procs >= 0 && f.procs <= 1024, "--procs must be in [0, 1024], got ", f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
-  VITDDP_CHECK(f.timeout > 0, "--timeout must be > 0 seconds, got ", f.timeout);
+  VITDDP_CHECK(f.timeout >= 0.001 && f.timeout <= 1e7, "--timeout must be in [0.001, 1e7] seconds, got ", f.timeout);
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
                "--sizes excludes --min-bytes and --max-bytes");
   if (!f.sizes.empty()) {

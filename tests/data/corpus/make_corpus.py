@@ -117,6 +117,9 @@ case("shape_float", blob({"a": entry(shape=[2.5, 3]), "b": B}, DATA), "shape mus
 case("shape_string", blob({"a": entry(shape=["2", 3]), "b": B}, DATA), "shape must hold non-negative integers")
 case("shape_overflow", blob({"a": entry(shape=[4294967296, 4294967296, 4]), "b": B}, DATA), "too many elements")
 case("shape_overflow_bytes", blob({"a": entry(shape=[1 << 62]), "b": B}, DATA), "too many elements")
+# Empty, but its strides would overflow (the product of the other dimensions is 2^64).
+case("shape_empty_overflowing_strides", blob({"a": entry(shape=[0, 4294967296, 4294967296], data_offsets=[0, 0]),
+                                              "b": B}, DATA), "too many elements")
 case("shape_dim_u64_max", blob({"a": entry(shape=[18446744073709551615]), "b": B}, DATA),
      "dimension 18446744073709551615", "too large")
 case("shape_dim_beyond_u64", blob('{"a": {"dtype": "F32", "shape": [99999999999999999999999], "data_offsets": [0, 24]}}',
