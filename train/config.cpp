@@ -11,6 +11,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/message_text.h"
+#include "framework/io/json_structure_pass.h"
 
 namespace vitddp {
 namespace {
@@ -185,17 +186,9 @@ std::string find_config_flag(int argc, char** argv) {
 namespace {
 
 // Nesting depth at most 8; malformed JSON as one line.
-class ConfigShape final : public nlohmann::json_sax<nlohmann::json> {
+class ConfigShape final : public JsonStructurePass {
  public:
   explicit ConfigShape(const std::string& path) : path_(path) {}
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool key(string_t&) override { return true; }
   bool start_object(std::size_t) override { return open(); }
   bool end_object() override { return close(); }
   bool start_array(std::size_t) override { return open(); }

@@ -17,6 +17,7 @@
 
 #include "framework/core/error.h"
 #include "framework/io/atomic_file.h"
+#include "framework/io/json_structure_pass.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors I/O copies raw bytes and assumes a little-endian host");
@@ -67,21 +68,13 @@ struct ParsedHeader {
   std::vector<std::string> order;
 };
 
-// One linear pass of nlohmann's SAX interface over the header: nesting depth, duplicate keys and
-// the tensors' order. (nlohmann's callback parser, which did this before, scans the whole parent
-// object at every nested object's end: quadratic in the tensor count.)
-class HeaderShape final : public nlohmann::json_sax<rjson> {
+// One linear pass over the header (framework/io/json_structure_pass.h): nesting depth, duplicate
+// keys and the tensors' order.
+class HeaderShape final : public JsonStructurePass {
  public:
   explicit HeaderShape(const std::string& label) : label_(label) {}
   std::vector<std::string> order;
 
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
   bool start_object(std::size_t) override {
     keys_.emplace_back();
     return open();
