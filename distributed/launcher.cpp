@@ -84,7 +84,15 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   std::vector<pid_t> pids;
   for (int rank = 0; rank < options.processes; ++rank) {
     pid_t pid = fork();
-    VITDDP_CHECK(pid >= 0, "launcher: fork failed: ", std::strerror(errno));
+    if (pid < 0) {  // the ranks already started would wait for the missing one until the timeout
+      const int err = errno;
+      for (pid_t started : pids) ::kill(started, SIGKILL);
+      for (pid_t started : pids) ::waitpid(started, nullptr, 0);
+      std::error_code ignored;
+      std::filesystem::remove_all(rendezvous, ignored);
+      throw Error(detail::concat("launcher: cannot start rank ", rank, " of ", options.processes, " (fork: ",
+                                 std::strerror(err), "); the ", pids.size(), " started were stopped"));
+    }
     if (pid == 0) {
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
