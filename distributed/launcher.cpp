@@ -34,17 +34,27 @@ int env_int(const char* name) {
   return v;
 }
 
+// The launchers' variables, in the order they are looked up: rank, local rank, world size, and
+// the name of the set.
+constexpr const char* kRankVariables[][4] = {
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI"},
+    {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM"}};
+
 std::atomic<int> g_forward_signal{0};
 void remember_signal(int sig) { g_forward_signal.store(sig); }
 
 }  // namespace
 
+std::string rank_as_set_in_environment() {
+  for (const auto& vars : kRankVariables)
+    if (const char* v = std::getenv(vars[0]); v && *v) return v;
+  return "";
+}
+
 RankEnvironment read_rank_environment() {
   RankEnvironment env;
-  const char* sets[][4] = {{"RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"},
-                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI"},
-                           {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM"}};
-  for (auto& vars : sets) {
+  for (const auto& vars : kRankVariables) {
     if (!std::getenv(vars[0]) && !std::getenv(vars[2])) continue;
     VITDDP_CHECK(std::getenv(vars[0]) && std::getenv(vars[2]), "environment: ", vars[0], " and ", vars[2],
                  " must be set together");

@@ -27,6 +27,9 @@ struct RankEnvironment {
 // Reads RANK/LOCAL_RANK/WORLD_SIZE, else OMPI_COMM_WORLD_*, else SLURM_PROCID/LOCALID/NTASKS.
 // Throws (bad input) on malformed or inconsistent values, naming the variable.
 RankEnvironment read_rank_environment();
+// The rank's value as the first of those variables that is set holds it, unchecked (for error
+// lines, which must not throw); "" when none is set.
+std::string rank_as_set_in_environment();
 
 struct LaunchOptions {
   int processes = 1;

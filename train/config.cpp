@@ -181,10 +181,6 @@ std::string find_config_flag(int argc, char** argv) {
   return found;
 }
 
-}  // namespace
-
-namespace {
-
 // Nesting depth at most 8; malformed JSON as one line.
 class ConfigShape final : public JsonStructurePass {
  public:
@@ -239,6 +235,15 @@ void parse_json_config(const std::string& text, const std::string& path, TrainCo
   }
 }
 
+void check_timeout_flag(double seconds) {
+  // A millisecond at least (collectives are timed in ms), and no deadline past the clock's range.
+  VITDDP_CHECK(seconds >= 0.001 && seconds <= 1e7, "--timeout must be in [0.001, 1e7] seconds, got ", seconds);
+}
+
+void check_procs_flag(int64_t procs) {
+  VITDDP_CHECK(procs >= 0 && procs <= 1024, "--procs must be in [0, 1024], got ", procs);
+}
+
 nlohmann::json TrainConfig::to_json() const {
   TrainConfig copy = *this;
   nlohmann::json out;
@@ -248,7 +253,7 @@ nlohmann::json TrainConfig::to_json() const {
 
 void TrainConfig::validate() const {
   VITDDP_CHECK(gpus >= 0, "--gpus must be >= 0, got ", gpus);
-  VITDDP_CHECK(procs >= 0 && procs <= 1024, "--procs must be in [0, 1024], got ", procs);
+  check_procs_flag(procs);
   VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!op_breakdown || (procs == 0 && device != "cpu"),
                "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
@@ -259,8 +264,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(powersgd_rank >= 1, "--powersgd-rank must be >= 1, got ", powersgd_rank);
   VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
   VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
-  // A millisecond at least (collectives are timed in ms), and no deadline past the clock's range.
-  VITDDP_CHECK(timeout >= 0.001 && timeout <= 1e7, "--timeout must be in [0.001, 1e7] seconds, got ", timeout);
+  check_timeout_flag(timeout);
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");
   for (auto [v, name] : {std::pair{image_size, "--image-size"}, {patch_size, "--patch-size"}, {layers, "--layers"},
                          {heads, "--heads"}, {hidden_dim, "--hidden-dim"}, {mlp_dim, "--mlp-dim"},

@@ -90,6 +90,10 @@ struct TrainConfig {
 bool parse_train_config(int argc, char** argv, TrainConfig* config);
 // Applies a JSON config file's text (what --config reads) to `config`; throws vitddp::Error
 // starting with `label` on malformed JSON, an unknown key or a wrong type. Does not validate.
+// Limits train's flags share with the bench subcommands' (one line naming the flag, exit 2).
+void check_timeout_flag(double seconds);  // --timeout: [0.001, 1e7] seconds
+void check_procs_flag(int64_t procs);     // --procs: [0, 1024]
+
 void parse_json_config(const std::string& text, const std::string& label, TrainConfig* config);
 
 }  // namespace vitddp

@@ -21,18 +21,25 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-void check_rank_cpus_fit(int64_t per_rank, int64_t local_ranks) {
+namespace {
+
+void check_fit(int64_t per_rank, int64_t local_ranks, size_t have) {
   VITDDP_CHECK(per_rank >= 1, "--bind-cpus: need at least 1 CPU per rank, got ", per_rank);
-  const size_t have = allowed_cpus().size();
   VITDDP_CHECK(per_rank * local_ranks <= static_cast<int64_t>(have), "--bind-cpus ", per_rank, ": ", local_ranks,
                " rank(s) on this machine need ", per_rank * local_ranks, " CPUs of their own, but this process may use ",
                have);
 }
 
+}  // namespace
+
+void check_rank_cpus_fit(int64_t per_rank, int64_t local_ranks) {
+  check_fit(per_rank, local_ranks, allowed_cpus().size());
+}
+
 std::vector<int> bind_thread_to_rank_cpus(int64_t per_rank, int local_rank) {
   VITDDP_CHECK(local_rank >= 0, "--bind-cpus: local rank must be >= 0, got ", local_rank);
-  check_rank_cpus_fit(per_rank, local_rank + 1);
   const std::vector<int> cpus = allowed_cpus();
+  check_fit(per_rank, local_rank + 1, cpus.size());
   const int64_t first = per_rank * local_rank;
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -24,12 +24,10 @@
 
 namespace {
 
-// "rank R: " for an error line, from whichever launcher's variable is set (as
-// read_rank_environment looks them up: RANK, then mpirun's, then srun's); "" for no rank.
+// "rank R: " for an error line, from whichever launcher's variable is set; "" for no rank.
 std::string rank_prefix() {
-  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(name); v && *v) return std::string("rank ") + v + ": ";
-  return "";
+  const std::string rank = vitddp::rank_as_set_in_environment();
+  return rank.empty() ? "" : "rank " + rank + ": ";
 }
 
 }  // namespace

@@ -370,6 +370,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                "data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
                "buckets: it needs data parallelism (--gpus N, --procs N or --ddp)");
+  // The run's PowerSGD hook, whose state checkpoints carry; null without one.
+  PowerSgdHook* const powersgd = ddp.reducer ? dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook()) : nullptr;
   std::unique_ptr<Optimizer> optimizer =
       config.optimizer == "sgd"
           ? make_sgd(arena, SgdConfig{config.lr, config.momentum, config.weight_decay})
@@ -388,9 +390,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     }
     if (step > 0) {
       // PowerSGD state is expected where this run has the hook (a DDP run), not wherever --hook says so.
-      const bool powersgd = ddp.reducer && dynamic_cast<const PowerSgdHook*>(&ddp.reducer->hook()) != nullptr;
       CheckpointExpectations expect{run.model.name, run.model.parameter_count(), world, arena.master_views(),
-                                    optimizer->name(), optimizer->state(), powersgd};
+                                    optimizer->name(), optimizer->state(), powersgd != nullptr};
       const std::string dir = config.checkpoint_dir + "/" + checkpoint_step_name(step);
       CheckpointState st = load_checkpoint(dir, env.rank, expect);
       const std::vector<std::string> changes = resume_setting_changes(st.config, config.to_json());
@@ -408,15 +409,14 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // The buckets first: the hook's per-bucket state is keyed by the saved ones.
       if (ddp.reducer && !st.buckets.empty()) ddp.reducer->restore_buckets(st.buckets);
       if (st.powersgd) {
-        auto* hook = ddp.reducer ? dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook()) : nullptr;
-        VITDDP_ASSERT(hook != nullptr, "a PowerSGD checkpoint for a run without the PowerSGD hook (load_checkpoint "
-                      "checks that)");
+        VITDDP_ASSERT(powersgd != nullptr, "a PowerSGD checkpoint for a run without the PowerSGD hook "
+                      "(load_checkpoint checks that)");
         for (const auto& [index, b] : st.powersgd->buckets)
           VITDDP_CHECK(index < ddp.reducer->buckets().size() &&
                            (!b.error.defined() || b.error.numel() == ddp.reducer->buckets()[index].numel),
                        dir, ": its PowerSGD state does not fit this run's gradient buckets (bucket ", index,
                        "); resume with the --bucket-mb and --first-bucket-mb it was saved with");
-        hook->state() = powersgd_state_on(*st.powersgd, device);
+        powersgd->state() = powersgd_state_on(*st.powersgd, device);
       }
       start_step = st.step;
       loader_start = st.loader_step;
@@ -644,7 +644,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     st.optimizer_state = optimizer->state();
     if (ddp.reducer) {
       for (const BucketInfo& b : ddp.reducer->buckets()) st.buckets.push_back(b.params);
-      if (auto* hook = dynamic_cast<const PowerSgdHook*>(&ddp.reducer->hook())) st.powersgd = hook->state();
+      if (powersgd) st.powersgd = powersgd->state();
     }
     CheckpointOptions options;
     options.keep = static_cast<int>(config.checkpoint_keep);

@@ -23,6 +23,7 @@
 #include "framework/core/error.h"
 #include "framework/core/scalar_types.h"
 #include "models/vit/vit_config.h"
+#include "train/config.h"
 #include "train/exit_codes.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/device.h"
@@ -386,9 +387,9 @@ BenchPlan make_plan(const BenchFlags& f) {
   VITDDP_CHECK(f.warmup_iters >= 0 && f.warmup_iters <= 1000000, "--warmup-iters must be in [0, 1000000], got ",
                f.warmup_iters);
   VITDDP_CHECK(f.gpus >= 0, "--gpus must be >= 0, got ", f.gpus);
-  VITDDP_CHECK(f.procs >= 0 && f.procs <= 1024, "--procs must be in [0, 1024], got ", f.procs);
+  check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
-  VITDDP_CHECK(f.timeout >= 0.001 && f.timeout <= 1e7, "--timeout must be in [0.001, 1e7] seconds, got ", f.timeout);
+  check_timeout_flag(f.timeout);
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
                "--sizes excludes --min-bytes and --max-bytes");
   if (!f.sizes.empty()) {
