@@ -372,7 +372,8 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __re
 }
 
 // ---------------------------------------------------------------- f32 inputs, TF32 products
-// The same two kernels for f32 tensors (see Note [Tensor-core attention]): mma.sync m16n8k8
+// The same two kernels for f32 tensors (see Note [Tensor-core attention]), with eight warps
+// per block (below): mma.sync m16n8k8
 // .tf32 with fp32 accumulators; fragments are read with plain 32-bit shared loads (ldmatrix
 // moves 16-bit pairs). kSplit picks how an f32 operand becomes TF32:
 // - false (MatmulPrecision::kTf32): tiles hold f32 rounded to TF32 (cvt.rna) as they are
@@ -388,8 +389,7 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __re
 // accumulator is that of m16n8k16. A product sums over k, so any permutation of k applied to A
 // and B alike gives the same result: all fragments here take k = 2c where the ISA has c and
 // k = 2c + 1 where it has c + 4. Then a lane's A elements of one row are adjacent (one 64-bit
-// load), and one 16 x 8 accumulator tile, which holds columns 2c and 2c + 1, is an A fragment as
-// it stands (P feeds P V from registers).
+// load).
 namespace tf32 {
 
 constexpr int kStride = kTile + 8;  // floats per shared row (288 bytes): the 64-bit loads of a
@@ -460,21 +460,45 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&b)[2], const float* tile
   b[1] = bits(p[kStride]);
 }
 
-// The A fragment of columns [8 kc, 8 kc + 8) of a warp's accumulators: rounded to TF32, or as
-// they are under kSplit (warp_product splits them).
-template <bool kSplit>
-__device__ __forceinline__ void a_from_acc(uint32_t (&a)[4], const Acc& acc, int kc) {
-  const float v[4] = {acc[kc][0], acc[kc][2], acc[kc][1], acc[kc][3]};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) a[i] = kSplit ? bits(v[i]) : to_tf32(v[i]);
+// Eight warps per block for f32, two per row block: warp w owns query (or key) rows
+// [16 (w % 4), +16) and columns [32 (w / 4), +32) of every product's result. The TF32 kernels
+// with four warps of 16 full rows ran 2 blocks (8 warps) per SM in backward, whose 108 KB of
+// tiles allow no more, and their products' dependent chains left the tensor cores idle (ncu:
+// 12% occupancy, 24% of SM throughput, 80 us per ViT-L/32 call in 3xTF32); the two warps of a
+// row block combine their halves of the softmax's row max and sum (and backward's D) through
+// shared memory (Note [Tensor-core attention]).
+constexpr int kF32Warps = 2 * kWarps;
+constexpr int kF32Block = 32 * kF32Warps;
+constexpr int kHalf = kTile / 2;      // columns per warp
+constexpr int kHalfTiles = kHalf / 8;  // 16 x 8 accumulator tiles per warp
+using HalfAcc = float[kHalfTiles][4];  // a warp's 16 x 32 fp32 result
+constexpr int kRowValues = 2 * kTile;  // one exchange slot: a float per (column half, row)
+
+struct WarpPlace {
+  int row0;  // first of the warp's 16 rows
+  int col0;  // first of its 32 columns
+  int half;  // col0 / 32
+};
+
+__device__ __forceinline__ WarpPlace warp_place() {
+  const int w = threadIdx.x / 32;
+  return {16 * (w % kWarps), kHalf * (w / kWarps), w / kWarps};
 }
 
-// acc (16 x 64) += A (16 x 64) B (64 x 64), skipping the 8-wide chunks of k at or beyond k_limit
-// and of n at or beyond n_limit. load_a_chunk(a, kc): A of k chunk kc; load_b_tile(b, kc, nt):
-// B of k chunk kc, n-tile nt. kSplit: the fragments hold f32 and each product is three TF32
-// ones (see the section's comment).
+__device__ __forceinline__ void zero(HalfAcc& acc) {
+#pragma unroll
+  for (int t = 0; t < kHalfTiles; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[t][e] = 0.0f;
+}
+
+// acc (16 x 32) += A (16 x 64) B (64 x 32) for the columns [col0, col0 + 32) of B, skipping the
+// 8-wide chunks of k at or beyond k_limit and the n-tiles at or beyond n_limit.
+// load_a_chunk(a, kc): A of k chunk kc; load_b_tile(b, kc, col): B of k chunk kc, columns
+// [col, col + 8). kSplit: the fragments hold f32 and each product is three TF32 ones (see the
+// section's comment).
 template <bool kSplit, typename LoadA, typename LoadB>
-__device__ __forceinline__ void warp_product(Acc& acc, int k_limit, int n_limit, LoadA&& load_a_chunk,
+__device__ __forceinline__ void warp_product(HalfAcc& acc, int k_limit, int n_limit, int col0, LoadA&& load_a_chunk,
                                              LoadB&& load_b_tile) {
 #pragma unroll
   for (int kc = 0; kc < kTile / 8; ++kc) {
@@ -485,10 +509,10 @@ __device__ __forceinline__ void warp_product(Acc& acc, int k_limit, int n_limit,
 #pragma unroll
         for (int i = 0; i < 4; ++i) split(a[i], a[i], a_small[i]);
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) {
-        if (8 * nt < n_limit) {
+      for (int nt = 0; nt < kHalfTiles; ++nt) {
+        if (col0 + 8 * nt < n_limit) {
           uint32_t b[2];
-          load_b_tile(b, kc, nt);
+          load_b_tile(b, kc, col0 + 8 * nt);
           if (kSplit) {
             uint32_t b_small[2];
             split(b[0], b[0], b_small[0]);
@@ -503,14 +527,14 @@ __device__ __forceinline__ void warp_product(Acc& acc, int k_limit, int n_limit,
   }
 }
 
-// Writes a warp's accumulators to rows [row0, row0 + 16) of a tile, rounded to TF32 if kRound
-// (operands of a later product) or as they are (outputs).
+// Writes a warp's accumulators to rows [row0, row0 + 16), columns [col0, col0 + 32) of a tile,
+// rounded to TF32 if kRound (operands of a later product) or as they are.
 template <bool kRound>
-__device__ __forceinline__ void store_acc(const Acc& acc, float* tile, int row0) {
+__device__ __forceinline__ void store_acc(const HalfAcc& acc, float* tile, int row0, int col0) {
   const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
 #pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    float* p = tile + (row0 + g) * kStride + 8 * t + 2 * c;
+  for (int t = 0; t < kHalfTiles; ++t) {
+    float* p = tile + (row0 + g) * kStride + col0 + 8 * t + 2 * c;
     float2 top = make_float2(acc[t][0], acc[t][1]), bottom = make_float2(acc[t][2], acc[t][3]);
     if (kRound) {
       top = make_float2(round_tf32(top.x), round_tf32(top.y));
@@ -521,15 +545,28 @@ __device__ __forceinline__ void store_acc(const Acc& acc, float* tile, int row0)
   }
 }
 
-// As the 16-bit load_tiles, for f32, each element rounded to TF32 if kRound.
+// Writes the rows below n of a warp's accumulators to dst (row stride ld; row0 and col0 as in
+// store_acc). A store instruction covers 32 contiguous bytes of each of 8 rows: whole sectors.
+__device__ __forceinline__ void store_global(const HalfAcc& acc, int row0, int col0, int n, float* __restrict__ dst,
+                                             int64_t ld) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+#pragma unroll
+  for (int t = 0; t < kHalfTiles; ++t) {
+    float* p = dst + (row0 + g) * ld + col0 + 8 * t + 2 * c;
+    if (row0 + g < n) *reinterpret_cast<float2*>(p) = make_float2(acc[t][0], acc[t][1]);
+    if (row0 + g + 8 < n) *reinterpret_cast<float2*>(p + 8 * ld) = make_float2(acc[t][2], acc[t][3]);
+  }
+}
+
+// As the 16-bit load_tiles, for f32 and kF32Block threads, each element rounded to TF32 if kRound.
 template <int kCount, bool kRound>
 __device__ __forceinline__ void load_tiles(const float* __restrict__ src, int64_t ld, int64_t slice_stride, int n,
                                            float* tiles) {
   constexpr int kVecsPerTile = kTile * kTile / kVec;
-  static_assert(kCount * kVecsPerTile % kTcBlock == 0, "whole rounds");
+  static_assert(kCount * kVecsPerTile % kF32Block == 0, "whole rounds");
 #pragma unroll 4
-  for (int it = 0; it < kCount * kVecsPerTile / kTcBlock; ++it) {
-    const int idx = threadIdx.x + it * kTcBlock;
+  for (int it = 0; it < kCount * kVecsPerTile / kF32Block; ++it) {
+    const int idx = threadIdx.x + it * kF32Block;
     const int s = idx / kVecsPerTile, r = (idx / (kTile / kVec)) % kTile, c = (idx % (kTile / kVec)) * kVec;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < n) {
@@ -540,133 +577,207 @@ __device__ __forceinline__ void load_tiles(const float* __restrict__ src, int64_
   }
 }
 
-// Copies the valid rows of [row0, row0 + 16) of a tile to dst (row stride ld); one warp.
-__device__ __forceinline__ void store_rows(const float* tile, int row0, int n, float* __restrict__ dst, int64_t ld) {
-  const int l = threadIdx.x % 32;
-#pragma unroll
-  for (int it = 0; it < 16 * (kTile / kVec) / 32; ++it) {
-    const int idx = l + 32 * it;
-    const int r = row0 + idx / (kTile / kVec), c = (idx % (kTile / kVec)) * kVec;
-    if (r < n)
-      *reinterpret_cast<float4*>(dst + r * ld + c) = *reinterpret_cast<const float4*>(tile + r * kStride + c);
+// Publishes a warp's per-row values (rows g and g + 8 of its 16, the same in the four lanes of a
+// quad) in slot[half][row] for the other warp of its row block.
+__device__ __forceinline__ void publish_rows(float* slot, const WarpPlace& w, const float (&v)[2]) {
+  const int l = threadIdx.x % 32, g = l / 4;
+  if (l % 4 == 0) {
+    slot[w.half * kTile + w.row0 + g] = v[0];
+    slot[w.half * kTile + w.row0 + g + 8] = v[1];
   }
 }
 
-template <bool kSplit>
-__device__ __forceinline__ void attention_probs(const float* q, const float* k, int n, int row0, float scale_log2,
-                                                Acc& p) {
-  zero(p);
-  warp_product<kSplit>(
-      p, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, q, row0, 8 * kc); },
-      [&](uint32_t(&b)[2], int kc, int nt) { load_b(b, k, 8 * nt, 8 * kc); });
-  softmax_rows(p, n, scale_log2);
+// Sums v over the quad's four lanes (a row's 2 x 4 columns of each n-tile).
+__device__ __forceinline__ void quad_sum(float (&v)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    v[r] += __shfl_xor_sync(0xffffffffu, v[r], 1);
+    v[r] += __shfl_xor_sync(0xffffffffu, v[r], 2);
+  }
 }
 
-// As mha_forward_tc_kernel.
+// In place, the warp's 16 x 32 scores become their part of softmax(scale * scores) over the
+// row's n keys, both halves combined through xchg (two slots); keys >= n get 0. Every warp of
+// the block calls it (it holds two block barriers); `active` warps compute.
+__device__ __forceinline__ void softmax_rows(HalfAcc& p, const WarpPlace& w, bool active, int n, float scale_log2,
+                                             float* xchg) {
+  const int l = threadIdx.x % 32, g = l / 4, c = l % 4;
+  float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8
+  if (active) {
+#pragma unroll
+    for (int t = 0; t < kHalfTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (w.col0 + 8 * t + 2 * c + (e & 1) >= n) p[t][e] = -INFINITY;
+        row_max[e / 2] = fmaxf(row_max[e / 2], p[t][e]);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+      row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+    }
+    publish_rows(xchg, w, row_max);
+  }
+  __syncthreads();
+  float sum[2] = {0.0f, 0.0f};
+  if (active) {
+    // Key 0 is valid, so the row's max is finite, and a half with no valid key gets exp2(-inf) = 0.
+    for (int r = 0; r < 2; ++r) {
+      const int row = w.row0 + g + 8 * r;
+      row_max[r] = fmaxf(xchg[row], xchg[kTile + row]);
+    }
+#pragma unroll
+    for (int t = 0; t < kHalfTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[t][e] = exp2f((p[t][e] - row_max[e / 2]) * scale_log2);
+        sum[e / 2] += p[t][e];
+      }
+    quad_sum(sum);
+    publish_rows(xchg + kRowValues, w, sum);
+  }
+  __syncthreads();
+  if (active) {
+    float inv[2];
+    for (int r = 0; r < 2; ++r) {
+      const int row = w.row0 + g + 8 * r;
+      inv[r] = 1.0f / (xchg[kRowValues + row] + xchg[kRowValues + kTile + row]);
+    }
+#pragma unroll
+    for (int t = 0; t < kHalfTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[t][e] *= inv[e / 2];
+  }
+}
+
+// O = softmax(scale q k^T) v; grid B * H, kF32Block threads. The row block's P goes through its
+// own rows of the q tile (no other row block reads them) to feed P V.
 template <bool kSplit>
-__global__ void __launch_bounds__(kTcBlock) mha_forward_kernel(const float* __restrict__ qkv,
-                                                                float* __restrict__ out, int n, int heads,
-                                                                float scale_log2) {
+__global__ void __launch_bounds__(kF32Block) mha_forward_kernel(const float* __restrict__ qkv,
+                                                                 float* __restrict__ out, int n, int heads,
+                                                                 float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem[];
-  float* q = reinterpret_cast<float*>(smem);  // (64, kStride) each: q, k, v
+  float* q = reinterpret_cast<float*>(smem);  // (64, kStride) each: q, k, v; then the exchange slots
   float* k = q + kTileElems;
   float* v = k + kTileElems;
+  float* xchg = v + kTileElems;
   const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
   load_tiles<kForwardTiles, !kSplit>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
   __syncthreads();
-  const int row0 = 16 * (threadIdx.x / 32);
-  if (row0 >= n) return;  // only padding rows; no block barrier follows
-  Acc p, o;
-  attention_probs<kSplit>(q, k, n, row0, scale_log2, p);
-  zero(o);
-  warp_product<kSplit>(
-      o, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc<kSplit>(a, p, kc); },
-      [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, v, 8 * kc, 8 * nt); });
-  __syncwarp();
-  store_acc<false>(o, q, row0);  // staged in this warp's own q rows
-  __syncwarp();
-  store_rows(q, row0, n, out + b * n * dim + h * kTile, dim);
+  const WarpPlace w = warp_place();
+  const bool active = w.row0 < n;  // warps of only padding rows skip the work, not the barriers
+  HalfAcc p;
+  if (active) {
+    zero(p);
+    warp_product<kSplit>(
+        p, kTile, n, w.col0, [&](uint32_t(&a)[4], int kc) { load_a(a, q, w.row0, 8 * kc); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b(bf, k, col, 8 * kc); });
+  }
+  softmax_rows(p, w, active, n, scale_log2, xchg);  // its first barrier: the row block's q rows are read
+  if (active) store_acc<!kSplit>(p, q, w.row0, w.col0);
+  __syncthreads();  // both halves of P
+  if (active) {
+    HalfAcc o;
+    zero(o);
+    warp_product<kSplit>(
+        o, n, kTile, w.col0, [&](uint32_t(&a)[4], int kc) { load_a(a, q, w.row0, 8 * kc); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b_trans(bf, v, 8 * kc, col); });
+    store_global(o, w.row0, w.col0, n, out + b * n * dim + h * kTile, dim);
+  }
 }
 
-// As mha_backward_tc_kernel.
+// dqkv from qkv and dO; grid B * H, kF32Block threads. Per warp, query rows [row0, row0 + 16)
+// and key columns [col0, col0 + 32): P, dP = dO V^T, D = rowsum(P * dP) (both halves), dS = P
+// (dP - D) scale, into shared tiles; then, per warp, head columns [col0, col0 + 32) of dQ = dS K
+// for its query rows and of dV = P^T dO, dK = dS^T Q for its key rows.
 template <bool kSplit>
-__global__ void __launch_bounds__(kTcBlock) mha_backward_kernel(const float* __restrict__ qkv,
-                                                                 const float* __restrict__ dout,
-                                                                 float* __restrict__ dqkv, int n, int heads,
-                                                                 float scale, float scale_log2) {
+__global__ void __launch_bounds__(kF32Block) mha_backward_kernel(const float* __restrict__ qkv,
+                                                                  const float* __restrict__ dout,
+                                                                  float* __restrict__ dqkv, int n, int heads,
+                                                                  float scale, float scale_log2) {
   extern __shared__ __align__(16) unsigned char smem[];
-  float* q = reinterpret_cast<float*>(smem);  // (64, kStride) each: q, k, v, dO, P, dS
+  float* q = reinterpret_cast<float*>(smem);  // (64, kStride) each: q, k, v, dO, P, dS; then the exchange slots
   float* k = q + kTileElems;
   float* v = k + kTileElems;
   float* dO = v + kTileElems;
   float* p_tile = dO + kTileElems;
   float* ds_tile = p_tile + kTileElems;
+  float* xchg = ds_tile + kTileElems;
   const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, dim = static_cast<int64_t>(heads) * kTile;
   load_tiles<3, !kSplit>(qkv + b * n * 3 * dim + h * kTile, 3 * dim, dim, n, q);
   load_tiles<1, !kSplit>(dout + b * n * dim + h * kTile, dim, 0, n, dO);
   __syncthreads();
 
-  const int l = threadIdx.x % 32, g = l / 4, row0 = 16 * (threadIdx.x / 32);
-  const bool active = row0 < n;
-  Acc ds, dq, dv, dk;
+  const int g = (threadIdx.x % 32) / 4;
+  const WarpPlace w = warp_place();
+  const bool active = w.row0 < n;
+  HalfAcc p, ds;
   if (active) {
-    Acc p;
-    attention_probs<kSplit>(q, k, n, row0, scale_log2, p);
+    zero(p);
+    warp_product<kSplit>(
+        p, kTile, n, w.col0, [&](uint32_t(&a)[4], int kc) { load_a(a, q, w.row0, 8 * kc); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b(bf, k, col, 8 * kc); });
+  }
+  softmax_rows(p, w, active, n, scale_log2, xchg);
+  if (active) {
+    // Padded query rows get P = 0 (their dO is 0 too), so they add nothing to dV and dK.
 #pragma unroll
-    for (int t = 0; t < 8; ++t)
+    for (int t = 0; t < kHalfTiles; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (row0 + g + 8 * (e / 2) >= n) p[t][e] = 0.0f;
+        if (w.row0 + g + 8 * (e / 2) >= n) p[t][e] = 0.0f;
     zero(ds);
     warp_product<kSplit>(
-        ds, kTile, n, [&](uint32_t(&a)[4], int kc) { load_a(a, dO, row0, 8 * kc); },
-        [&](uint32_t(&bf)[2], int kc, int nt) { load_b(bf, v, 8 * nt, 8 * kc); });  // dP = dO V^T
-    float d[2] = {0.0f, 0.0f};
+        ds, kTile, n, w.col0, [&](uint32_t(&a)[4], int kc) { load_a(a, dO, w.row0, 8 * kc); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b(bf, v, col, 8 * kc); });  // dP = dO V^T
+    float d[2] = {0.0f, 0.0f};  // this half's part of D for rows g and g + 8
 #pragma unroll
-    for (int t = 0; t < 8; ++t)
+    for (int t = 0; t < kHalfTiles; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e) d[e / 2] += p[t][e] * ds[t][e];
-#pragma unroll
+    quad_sum(d);
+    publish_rows(xchg + 2 * kRowValues, w, d);
+  }
+  __syncthreads();  // D's halves
+  if (active) {
+    float d[2];
     for (int r = 0; r < 2; ++r) {
-      d[r] += __shfl_xor_sync(0xffffffffu, d[r], 1);
-      d[r] += __shfl_xor_sync(0xffffffffu, d[r], 2);
+      const int row = w.row0 + g + 8 * r;
+      d[r] = xchg[2 * kRowValues + row] + xchg[2 * kRowValues + kTile + row];
     }
 #pragma unroll
-    for (int t = 0; t < 8; ++t)
+    for (int t = 0; t < kHalfTiles; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[t][e] = p[t][e] * (ds[t][e] - d[e / 2]) * scale;
-    store_acc<!kSplit>(p, p_tile, row0);
-    store_acc<!kSplit>(ds, ds_tile, row0);
+    store_acc<!kSplit>(p, p_tile, w.row0, w.col0);
+    store_acc<!kSplit>(ds, ds_tile, w.row0, w.col0);
   }
-  __syncthreads();  // P and dS complete; V is read no more
+  __syncthreads();  // P and dS complete
   if (active) {
-    zero(dq);
-    warp_product<kSplit>(
-        dq, n, kTile, [&](uint32_t(&a)[4], int kc) { a_from_acc<kSplit>(a, ds, kc); },
-        [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, k, 8 * kc, 8 * nt); });  // dQ = dS K
-    store_acc<false>(dq, v, row0);  // staged in V's tile
-    zero(dv);
-    warp_product<kSplit>(
-        dv, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, p_tile, 8 * kc, row0); },
-        [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, dO, 8 * kc, 8 * nt); });  // dV = P^T dO
-    zero(dk);
-    warp_product<kSplit>(
-        dk, n, kTile, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, ds_tile, 8 * kc, row0); },
-        [&](uint32_t(&bf)[2], int kc, int nt) { load_b_trans(bf, q, 8 * kc, 8 * nt); });  // dK = dS^T Q
-  }
-  __syncthreads();  // Q and dO are read no more
-  if (active) {
-    store_acc<false>(dk, q, row0);
-    store_acc<false>(dv, dO, row0);
-    __syncwarp();
     float* base = dqkv + b * n * 3 * dim + h * kTile;
-    store_rows(v, row0, n, base, 3 * dim);
-    store_rows(q, row0, n, base + dim, 3 * dim);
-    store_rows(dO, row0, n, base + 2 * dim, 3 * dim);
+    HalfAcc acc;
+    zero(acc);
+    warp_product<kSplit>(
+        acc, n, kTile, w.col0, [&](uint32_t(&a)[4], int kc) { load_a(a, ds_tile, w.row0, 8 * kc); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b_trans(bf, k, 8 * kc, col); });  // dQ = dS K
+    store_global(acc, w.row0, w.col0, n, base, 3 * dim);
+    zero(acc);
+    warp_product<kSplit>(
+        acc, n, kTile, w.col0, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, ds_tile, 8 * kc, w.row0); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b_trans(bf, q, 8 * kc, col); });  // dK = dS^T Q
+    store_global(acc, w.row0, w.col0, n, base + dim, 3 * dim);
+    zero(acc);
+    warp_product<kSplit>(
+        acc, n, kTile, w.col0, [&](uint32_t(&a)[4], int kc) { load_a_trans(a, p_tile, 8 * kc, w.row0); },
+        [&](uint32_t(&bf)[2], int kc, int col) { load_b_trans(bf, dO, 8 * kc, col); });  // dV = P^T dO
+    store_global(acc, w.row0, w.col0, n, base + 2 * dim, 3 * dim);
   }
 }
 
-constexpr size_t tile_bytes(int tiles) { return static_cast<size_t>(tiles) * kTileElems * sizeof(float); }
+// Dynamic shared memory of an f32 kernel: its tiles and three exchange slots.
+constexpr size_t tile_bytes(int tiles) {
+  return (static_cast<size_t>(tiles) * kTileElems + 3 * kRowValues) * sizeof(float);
+}
 
 }  // namespace tf32
 
@@ -695,12 +806,12 @@ void mha_forward_tc(const Tensor& qkv, int64_t num_heads, const Tensor& out) {
   VITDDP_ASSERT(tc_attention_fits(qkv.dtype(), n, hd), "mha_forward_tc: shape does not fit");
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(hd));
   if (qkv.dtype() == DType::kF32) {
-    constexpr size_t bytes = tf32::tile_bytes(kForwardTiles);  // 54 KB
+    constexpr size_t bytes = tf32::tile_bytes(kForwardTiles);  // 55 KB: four blocks (32 warps) per SM
     // 3xTF32 unless f32 products may run as TF32 (MatmulPrecision::kTf32).
     auto kernel = matmul_precision() == MatmulPrecision::kTf32 ? tf32::mha_forward_kernel<false>
                                                                : tf32::mha_forward_kernel<true>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+    kernel<<<static_cast<unsigned>(b * num_heads), tf32::kF32Block, bytes, current_stream()>>>(
         qkv.data<float>(), out.data<float>(), static_cast<int>(n), static_cast<int>(num_heads), scale_log2);
     CUDA_CHECK_LAUNCH();
     return;
@@ -720,11 +831,11 @@ void mha_backward_tc(const Tensor& qkv, const Tensor& dout, int64_t num_heads, c
   VITDDP_ASSERT(tc_attention_fits(qkv.dtype(), n, hd), "mha_backward_tc: shape does not fit");
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   if (qkv.dtype() == DType::kF32) {
-    constexpr size_t bytes = tf32::tile_bytes(kBackwardTiles);  // 108 KB: two blocks per SM
+    constexpr size_t bytes = tf32::tile_bytes(kBackwardTiles);  // 110 KB: two blocks (16 warps) per SM
     auto kernel = matmul_precision() == MatmulPrecision::kTf32 ? tf32::mha_backward_kernel<false>
                                                                : tf32::mha_backward_kernel<true>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    kernel<<<static_cast<unsigned>(b * num_heads), kTcBlock, bytes, current_stream()>>>(
+    kernel<<<static_cast<unsigned>(b * num_heads), tf32::kF32Block, bytes, current_stream()>>>(
         qkv.data<float>(), dout.data<float>(), dqkv.data<float>(), static_cast<int>(n), static_cast<int>(num_heads),
         scale, scale * kLog2e);
     CUDA_CHECK_LAUNCH();

@@ -282,7 +282,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTf32,
                          ::testing::Values(Case{DType::kF32, 32, 50, 16, 5e-3},  // ViT-L/32
                                            Case{DType::kF32, 3, 17, 4, 5e-3},    // padding inside a warp's rows
                                            Case{DType::kF32, 32, 50, 16, 2e-5, k3xTf32},
-                                           Case{DType::kF32, 3, 17, 4, 2e-5, k3xTf32}),
+                                           Case{DType::kF32, 3, 17, 4, 2e-5, k3xTf32},
+                                           // A full tile; and 5 tokens: one row block, and the
+                                           // second column half of every row all padding keys.
+                                           Case{DType::kF32, 2, 64, 2, 2e-5, k3xTf32},
+                                           Case{DType::kF32, 2, 5, 3, 2e-5, k3xTf32},
+                                           Case{DType::kF32, 2, 5, 3, 5e-3}),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // f32 attention takes the tensor cores in both precisions: kAuto is kTensorCore bit for bit and
