@@ -64,7 +64,19 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     for (const Tensor& g : grads) any_defined = any_defined || g.defined();
     std::vector<Tensor> input_grads;
     if (any_defined || dynamic_cast<AccumulateGrad*>(node.get())) {
+      // Note [Sums in the producing kernel]: the gradients already sent to inputs the node can
+      // add into its own.
+      std::vector<Tensor> pending(node->next_edges.size());
+      for (size_t i = 0; i < pending.size(); ++i) {
+        const Edge& edge = node->next_edges[i];
+        if (!edge.valid() || !node->sums_into_input(i)) continue;
+        auto it = buffers.find(edge.fn.get());
+        if (it != buffers.end() && static_cast<int>(it->second.size()) > edge.input_nr)
+          pending[i] = it->second[edge.input_nr];
+      }
+      node->begin_apply(std::move(pending));
       input_grads = node->apply(std::move(grads));
+      node->end_apply();
       node->release_saved();
     }
     input_grads.resize(node->next_edges.size());
@@ -75,7 +87,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
       if (static_cast<int>(buffer.size()) <= edge.input_nr) buffer.resize(edge.input_nr + 1);
       Tensor& slot = buffer[edge.input_nr];
       const Tensor& g = input_grads[i];
-      if (g.defined()) slot = slot.defined() ? add_new(slot, g) : g;
+      if (g.defined()) slot = slot.defined() && !node->pending_summed(i) ? add_new(slot, g) : g;
       if (--deps[edge.fn.get()] == 0) ready.push(edge.fn);
     }
   }

@@ -69,9 +69,30 @@ class Node : public std::enable_shared_from_this<Node> {
     released_ = true;
   }
 
+  // Note [Sums in the producing kernel]
+  // An input read by two ops (a residual stream: the next layer norm and the skip's add) gets
+  // two gradients, and the engine adds them in a pass of its own (add_new). A node that can add
+  // the first one in the kernel that writes its own says so here; the engine then hands it the
+  // gradient already sent to that input (pending_grad, during apply) and, if the node calls
+  // mark_pending_summed, takes the node's gradient as the sum instead of adding.
+  virtual bool sums_into_input(size_t /*i*/) const { return false; }
+  void begin_apply(std::vector<Tensor>&& pending) {
+    pending_ = std::move(pending);
+    pending_summed_.assign(pending_.size(), false);
+  }
+  bool pending_summed(size_t i) const { return i < pending_summed_.size() && pending_summed_[i]; }
+  void end_apply() { pending_.clear(); }
+
   std::vector<Edge> next_edges;
 
+ protected:
+  // The gradient input i has received so far (undefined if none, or if not asked for).
+  Tensor pending_grad(size_t i) const { return i < pending_.size() ? pending_[i] : Tensor(); }
+  void mark_pending_summed(size_t i) { pending_summed_.at(i) = true; }
+
  private:
+  std::vector<Tensor> pending_;
+  std::vector<bool> pending_summed_;
   uint64_t sequence_nr_;
   std::vector<Tensor> saved_;
   bool released_ = false;

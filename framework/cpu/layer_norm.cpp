@@ -41,7 +41,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db, GradWrite weight_grads) {
+                         const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db, GradWrite weight_grads,
+                         const Tensor& dx_add) {
   dispatch_float(x.dtype(), "layer_norm backward", [&](auto zero) {
     using T = decltype(zero);
     const int64_t D = w.numel();
@@ -75,6 +76,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
       for (int64_t i = 0; i < D; ++i) {
         double xhat = (xr[i] - mu) * rs;
         dxr[i] = static_cast<T>(rs * (static_cast<double>(gr[i]) * wp[i] - mean_g - xhat * mean_gx));
+        if (dx_add.defined()) dxr[i] += dx_add.data<T>()[r * D + i];  // rounded, then added: as add_new does
       }
     }
     const bool add = weight_grads == GradWrite::kAccumulate;

@@ -38,8 +38,8 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, fl
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; one warp per row.
 template <typename T>
-__global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, const float* rstd, const T* dy, T* dx,
-                                     int64_t rows, int64_t d) {
+__global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, const float* rstd, const T* dy,
+                                     const T* dx_add, T* dx, int64_t rows, int64_t d) {
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -58,7 +58,7 @@ __global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, 
   for (int64_t c = lane; c < d; c += 32) {
     float g = to_f(gr[c]) * to_f(w[c]);
     float xhat = (to_f(xr[c]) - mu) * rs;
-    out[c] = from_f<T>(rs * (g - sum_g - xhat * sum_gx));
+    out[c] = from_f<T>(rs * (g - sum_g - xhat * sum_gx) + (dx_add ? to_f(dx_add[row * d + c]) : 0.0f));
   }
 }
 
@@ -129,7 +129,8 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
 // kernels.) Without `partials` (no weight or bias gradient wanted) it is the dx kernel alone.
 template <typename T>
 __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd,
-                                               const T* dy, T* dx, int64_t rows, int64_t d, float* partials) {
+                                               const T* dy, const T* dx_add, T* dx, int64_t rows, int64_t d,
+                                               float* partials) {
   constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + warp;
@@ -170,10 +171,11 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
     for (int k = 0; k < K; ++k) {
       const int j = lane + 32 * k;
       if (j >= words) continue;
-      float wf[V], o[V];
+      float wf[V], o[V], base[V] = {};
       load_pack<V>(w, j, wf);  // from L1: the weight row is the same for every warp
+      if (dx_add) load_pack<V>(dx_add + row * d, j, base);
 #pragma unroll
-      for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] * wf[i] - sum_g - xhat[k][i] * sum_gx);
+      for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] * wf[i] - sum_g - xhat[k][i] * sum_gx) + base[i];
       store_pack<V>(out, j, o);
     }
   }
@@ -303,7 +305,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,
-                         const Tensor& dx, const Tensor& dw, const Tensor& db, GradWrite weight_grads) {
+                         const Tensor& dx, const Tensor& dw, const Tensor& db, GradWrite weight_grads,
+                         const Tensor& dx_add) {
   const int64_t d = x.size(-1), rows = x.numel() / d;
   dispatch_floating(x.dtype(), "layer_norm backward", [&](auto zero) {
     using T = decltype(zero);
@@ -312,12 +315,14 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
     T* dw_out = dw.defined() ? dw.data<T>() : nullptr;
     T* db_out = db.defined() ? db.data<T>() : nullptr;
     const bool accumulate = weight_grads == GradWrite::kAccumulate;
-    if (dx.defined() && rows > 0 && vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>()})) {
+    const T* add = dx_add.defined() ? dx_add.data<T>() : nullptr;
+    if (dx.defined() && rows > 0 &&
+        vectorizable<T>(d, {x.data<T>(), w.data<T>(), dy.data<T>(), dx.data<T>(), add ? add : dx.data<T>()})) {
       // One pass: see Note [Layer norm backward in one pass].
       Tensor partials;
       if (param_grads) partials = Tensor::empty({2, static_cast<int64_t>(blocks), d}, DType::kF32, x.device());
       layer_norm_backward_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
-          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d,
+          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), add, dx.data<T>(), rows, d,
           param_grads ? partials.data<float>() : nullptr);
       CUDA_CHECK_LAUNCH();
       if (param_grads) {
@@ -330,7 +335,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
     }
     if (dx.defined() && rows > 0) {
       layer_norm_dx_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
-          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), dx.data<T>(), rows, d);
+          x.data<T>(), w.data<T>(), mean.data<float>(), rstd.data<float>(), dy.data<T>(), add, dx.data<T>(), rows, d);
       CUDA_CHECK_LAUNCH();
     }
     if (param_grads) {

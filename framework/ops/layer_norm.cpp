@@ -21,17 +21,28 @@ class LayerNormBackward final : public Node {
     save(rstd);
   }
   std::string name() const override { return "LayerNormBackward"; }
+  // A residual stream's layer norm adds the skip's gradient into dx (Note [Sums in the
+  // producing kernel]).
+  bool sums_into_input(size_t i) const override { return i == 0; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& x = saved(0);
     const Tensor& w = saved(1);
     Tensor dy = grads[0].to(x.dtype()).contiguous();
-    Tensor dx;
-    if (needs_input_grad(0)) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    Tensor dx, dx_add;
+    if (needs_input_grad(0)) {
+      dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+      const Tensor pending = pending_grad(0);
+      if (pending.defined() && pending.dtype() == x.dtype() && pending.device() == x.device() &&
+          pending.shape() == x.shape() && pending.is_contiguous()) {
+        dx_add = pending;
+        mark_pending_summed(0);
+      }
+    }
     WeightGrads wg = weight_grads({{1, w.shape()}, {2, w.shape()}}, w.dtype(), w.device());
     const Tensor &dw = wg.tensors[0], &db = wg.tensors[1];
     on_device(x.device(), "layer_norm backward",
-              [&] { cpu::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db, wg.mode); },
-              [&] { cuda::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db, wg.mode); });
+              [&] { cpu::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db, wg.mode, dx_add); },
+              [&] { cuda::layer_norm_backward(x, w, saved(2), saved(3), dy, dx, dw, db, wg.mode, dx_add); });
     return {dx, wg.returned(0), wg.returned(1)};
   }
 };

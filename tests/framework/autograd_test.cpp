@@ -159,5 +159,55 @@ TEST(Autograd, Float32GradientsMatchExpected) {
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-6);
 }
 
+
+// Note [Sums in the producing kernel]: a node that sums into its input is handed the gradient
+// another consumer already sent there, and the engine then takes its gradient as the sum. The
+// summing node is recorded first, so it runs last (the engine runs later nodes first).
+class ScaledPassThrough final : public Node {
+ public:
+  ScaledPassThrough(double factor, bool sums) : factor_(factor), sums_(sums) {}
+  std::string name() const override { return "ScaledPassThrough"; }
+  bool sums_into_input(size_t i) const override { return sums_ && i == 0; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    Tensor g = scale(grads[0], factor_);
+    seen = pending_grad(0);
+    if (seen.defined() && take) {
+      g = add(g, seen);
+      mark_pending_summed(0);
+    }
+    return {g};
+  }
+  Tensor seen;
+  bool take = true;
+
+ private:
+  double factor_;
+  bool sums_;
+};
+
+Tensor pass_through(const Tensor& x, const std::shared_ptr<ScaledPassThrough>& node) {
+  Tensor y = x.detach().clone();
+  record(node, {x}, y);
+  return y;
+}
+
+TEST(Autograd, ANodeThatSumsIntoItsInputGetsThePendingGradientOnce) {
+  for (bool take : {true, false}) {
+    SCOPED_TRACE(take ? "node sums" : "node declines");
+    Tensor x = Tensor::from_vector({1, 2}, {2}, DType::kF64).set_requires_grad(true);
+    auto summing = std::make_shared<ScaledPassThrough>(10.0, true);
+    summing->take = take;
+    auto plain = std::make_shared<ScaledPassThrough>(3.0, false);
+    Tensor a = pass_through(x, summing);  // runs last
+    Tensor b = pass_through(x, plain);     // runs first: its 3s are pending at x
+    sum(add(a, b)).backward();
+    ASSERT_TRUE(summing->seen.defined());
+    EXPECT_EQ(summing->seen.to_vector(), (std::vector<double>{3, 3}));
+    EXPECT_FALSE(plain->seen.defined()) << "a node that does not sum is offered nothing";
+    // Either way 10 + 3, never the pending 3 twice.
+    EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{13, 13}));
+  }
+}
+
 }  // namespace
 }  // namespace vitddp

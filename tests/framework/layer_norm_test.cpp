@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "common/test_utils.h"
+#include "framework/ops/elementwise.h"
 #include "framework/ops/layer_norm.h"
+#include "framework/ops/reduce.h"
 #include "nn_test_helpers.h"
 
 namespace vitddp {
@@ -82,6 +84,30 @@ TEST(LayerNorm, RejectsBadInputs) {
       {"layer_norm", "weight", "dtype"}));
   EXPECT_TRUE(throws_with([] { layer_norm(Tensor::zeros({2, 5}), Tensor(), Tensor::zeros({5}), 1e-6); },
                           {"layer_norm", "weight", "undefined"}));
+}
+
+
+// A residual stream (y = x + layer_norm(x) as an encoder block reads it): the layer norm's
+// backward adds the skip's gradient in its own pass (Note [Sums in the producing kernel]);
+// x's gradient is the same as with the two gradients summed apart, bit for bit in f32.
+TEST(LayerNorm, ResidualGradientSummedInTheBackwardPass) {
+  Generator gen(8);
+  Tensor x0 = random_tensor({6, 48}, gen, DType::kF32, -2, 2);
+  Tensor w = random_tensor({48}, gen).to(DType::kF32), b = random_tensor({48}, gen).to(DType::kF32);
+  Tensor up = random_tensor({6, 48}, gen).to(DType::kF32), skip = random_tensor({6, 48}, gen).to(DType::kF32);
+  // Fused: the skip's add is recorded after the layer norm, so its gradient is pending when the
+  // layer norm's backward runs.
+  Tensor x = x0.detach().clone().set_requires_grad(true);
+  Tensor branch = mul(layer_norm(x, w, b, 1e-5), up);  // apart: argument order is unspecified
+  Tensor y = add(branch, mul(x, skip));
+  sum(y).backward();
+  // Apart: the layer norm's gradient alone, then the skip's added by hand.
+  Tensor xa = x0.detach().clone().set_requires_grad(true);
+  sum(mul(layer_norm(xa, w, b, 1e-5), up)).backward();
+  const std::vector<double> ln = xa.grad().to_vector(), sk = skip.to_vector();
+  std::vector<double> want(ln.size());
+  for (size_t i = 0; i < ln.size(); ++i) want[i] = static_cast<float>(static_cast<float>(ln[i]) + static_cast<float>(sk[i]));
+  EXPECT_EQ(x.grad().to_vector(), want);
 }
 
 }  // namespace
