@@ -30,8 +30,9 @@ class StepClock {
   virtual double span_seconds(int64_t first, int64_t last) = 0;
 };
 
-// Steps [first_step, total_steps) will be ended; the clock starts now (the start of first_step,
-// which is > 0 when a run resumes from a checkpoint).
+// Steps [first_step, total_steps) will be ended, in order; the clock starts now (the start of
+// first_step, which is > 0 when a run resumes from a checkpoint). Its memory grows with the steps
+// ended, not with total_steps (Note [A ring of step events] in step_clock.cpp).
 std::unique_ptr<StepClock> make_step_clock(Device device, int64_t total_steps, int64_t first_step = 0);
 
 }  // namespace vitddp

@@ -32,6 +32,7 @@
 #include "train/checkpoint.h"
 #include "train/cpu_binding.h"
 #include "train/dataset_factory.h"
+#include "train/device_choice.h"
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
 #include "train/step_tracer.h"
@@ -93,39 +94,8 @@ VitConfig model_config(const TrainConfig& c, bool on_gpu) {
 }  // namespace
 
 ResolvedRun resolve_run(const TrainConfig& c, const RankEnvironment& env, std::ostream& log) {
-  const int visible = visible_gpu_count();
-  std::string device = c.device;
-  if (c.procs > 0) {
-    VITDDP_CHECK(c.device == "auto" || c.device == "cpu", "--procs ", c.procs, " trains on the CPU; it conflicts with --device ",
-                 c.device);
-    device = "cpu";
-  }
-  if (c.gpus > 0) {
-    VITDDP_CHECK(c.device == "auto" || c.device.rfind("cuda", 0) == 0, "--gpus ", c.gpus,
-                 " conflicts with --device ", c.device);
-    // One GPU per process: a rank uses the GPU of its local rank; a device named for all of them
-    // would put every rank on the same GPU, which NCCL refuses only once the ranks have started.
-    VITDDP_CHECK(c.gpus == 1 || c.device == "auto" || c.device == "cuda", "--gpus ", c.gpus,
-                 " gives each rank the GPU of its local rank; --device ", c.device,
-                 " would put every rank on one GPU (leave --device out)");
-    VITDDP_CHECK(c.gpus <= visible, "--gpus ", c.gpus, " asked for but ", visible, " GPU(s) visible: ",
-                 describe_visible_gpus());
-    if (device == "auto" || device == "cuda") device = "cuda:" + std::to_string(env.local_rank);
-  }
-  if (device == "auto") {
-    if (visible > 0) {
-      device = "cuda:0";
-    } else {
-      device = "cpu";
-      if (c.model == "auto")
-        log << "note: no GPU visible; training on the CPU with the small vit_tiny model\n";
-    }
-  }
-  Device d = parse_device(device);
-  if (d.is_cuda())
-    VITDDP_CHECK(d.index < visible, "device ", d.str(), " asked for but ", visible, " GPU(s) visible: ",
-                 describe_visible_gpus());
-  return {d.str(), model_config(c, d.is_cuda())};
+  const std::string device = choose_device(c, env, visible_gpu_count(), describe_visible_gpus, log);
+  return {device, model_config(c, parse_device(device).is_cuda())};
 }
 
 nlohmann::json RunResult::to_json(const TrainConfig& config) const {

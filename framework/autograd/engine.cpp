@@ -34,6 +34,16 @@ std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& r
   return deps;
 }
 
+// Whether another edge of the node leads to the same gradient slot as edge i (one tensor passed
+// as two inputs): a node summing the pending gradient into its gradient for i would then drop
+// the other edge's, so it is offered none.
+bool shares_slot(const std::vector<Edge>& edges, size_t i) {
+  for (size_t j = 0; j < edges.size(); ++j)
+    if (j != i && edges[j].valid() && edges[j].fn == edges[i].fn && edges[j].input_nr == edges[i].input_nr)
+      return true;
+  return false;
+}
+
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& grad_output) {
@@ -69,7 +79,7 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
       std::vector<Tensor> pending(node->next_edges.size());
       for (size_t i = 0; i < pending.size(); ++i) {
         const Edge& edge = node->next_edges[i];
-        if (!edge.valid() || !node->sums_into_input(i)) continue;
+        if (!edge.valid() || !node->sums_into_input(i) || shares_slot(node->next_edges, i)) continue;
         auto it = buffers.find(edge.fn.get());
         if (it != buffers.end() && static_cast<int>(it->second.size()) > edge.input_nr)
           pending[i] = it->second[edge.input_nr];

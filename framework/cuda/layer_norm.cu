@@ -58,7 +58,10 @@ __global__ void layer_norm_dx_kernel(const T* x, const T* w, const float* mean, 
   for (int64_t c = lane; c < d; c += 32) {
     float g = to_f(gr[c]) * to_f(w[c]);
     float xhat = (to_f(xr[c]) - mu) * rs;
-    out[c] = from_f<T>(rs * (g - sum_g - xhat * sum_gx) + (dx_add ? to_f(dx_add[row * d + c]) : 0.0f));
+    float v = rs * (g - sum_g - xhat * sum_gx);
+    // Rounded, then added (no FMA): the sum add_gradients would have made, bit for bit in f32.
+    if (dx_add) v = __fadd_rn(v, to_f(dx_add[row * d + c]));
+    out[c] = from_f<T>(v);
   }
 }
 
@@ -171,11 +174,16 @@ __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const flo
     for (int k = 0; k < K; ++k) {
       const int j = lane + 32 * k;
       if (j >= words) continue;
-      float wf[V], o[V], base[V] = {};
+      float wf[V], o[V];
       load_pack<V>(w, j, wf);  // from L1: the weight row is the same for every warp
-      if (dx_add) load_pack<V>(dx_add + row * d, j, base);
 #pragma unroll
-      for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] * wf[i] - sum_g - xhat[k][i] * sum_gx) + base[i];
+      for (int i = 0; i < V; ++i) o[i] = rs * (g[k][i] * wf[i] - sum_g - xhat[k][i] * sum_gx);
+      if (dx_add) {  // rounded, then added (no FMA): the sum add_gradients would have made
+        float base[V];
+        load_pack<V>(dx_add + row * d, j, base);
+#pragma unroll
+        for (int i = 0; i < V; ++i) o[i] = __fadd_rn(o[i], base[i]);
+      }
       store_pack<V>(out, j, o);
     }
   }

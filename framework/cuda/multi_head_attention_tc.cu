@@ -374,13 +374,14 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __re
 // ---------------------------------------------------------------- f32 inputs, TF32 products
 // The same two kernels for f32 tensors (see Note [Tensor-core attention]), with eight warps
 // per block (below): mma.sync m16n8k8
-// .tf32 with fp32 accumulators; fragments are read with plain 32-bit shared loads (ldmatrix
-// moves 16-bit pairs). kSplit picks how an f32 operand becomes TF32:
+// .tf32 with fp32 accumulators; fragments are read with plain 32- and 64-bit shared loads
+// (ldmatrix moves 16-bit pairs). kSplit picks how an f32 operand becomes TF32:
 // - false (MatmulPrecision::kTf32): tiles hold f32 rounded to TF32 (cvt.rna) as they are
 //   loaded, and P and dS as they are stored; one mma per product, like cuBLAS's TF32.
 // - true (strict fp32, "3xTF32"): tiles hold the f32 values; each operand x splits into
-//   big = tf32(x) and small = tf32(x - big), and a b = small_a big_b + big_a small_b +
-//   big_a big_b (small terms first; small_a small_b, ~2^-22 of the product, is dropped).
+//   big = tf32(x) and small = tf32(x - big), and a b = big_a big_b + (small_a big_b +
+//   big_a small_b), the small terms summed in accumulators of their own and added at the end
+//   (small_a small_b, ~2^-22 of the product, is dropped).
 //   About 22 of f32's 24 significand bits: fp32 accuracy (the fp32 torchvision parity test
 //   holds) on tensor cores, where the SIMT kernels took 5.7 ms of an 80 ms ViT-L/32 step.
 //
@@ -466,7 +467,7 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&b)[2], const float* tile
 // tiles allow no more, and their products' dependent chains left the tensor cores idle (ncu:
 // 12% occupancy, 24% of SM throughput, 80 us per ViT-L/32 call in 3xTF32); the two warps of a
 // row block combine their halves of the softmax's row max and sum (and backward's D) through
-// shared memory (Note [Tensor-core attention]).
+// three slots of shared memory after the tiles (publish_rows, softmax_rows).
 constexpr int kF32Warps = 2 * kWarps;
 constexpr int kF32Block = 32 * kF32Warps;
 constexpr int kHalf = kTile / 2;      // columns per warp
@@ -555,7 +556,8 @@ __device__ __forceinline__ void store_acc(const HalfAcc& acc, float* tile, int r
 }
 
 // Writes the rows below n of a warp's accumulators to dst (row stride ld; row0 and col0 as in
-// store_acc). A store instruction covers 32 contiguous bytes of each of 8 rows: whole sectors.
+// store_acc). A store instruction covers 32 contiguous bytes of each of 8 rows: whole 32-byte
+// sectors where the rows are 32-byte aligned (as ViT's are).
 __device__ __forceinline__ void store_global(const HalfAcc& acc, int row0, int col0, int n, float* __restrict__ dst,
                                              int64_t ld) {
   const int l = threadIdx.x % 32, g = l / 4, c = l % 4;

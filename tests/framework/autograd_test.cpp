@@ -203,10 +203,49 @@ TEST(Autograd, ANodeThatSumsIntoItsInputGetsThePendingGradientOnce) {
     sum(add(a, b)).backward();
     ASSERT_TRUE(summing->seen.defined());
     EXPECT_EQ(summing->seen.to_vector(), (std::vector<double>{3, 3}));
-    EXPECT_FALSE(plain->seen.defined()) << "a node that does not sum is offered nothing";
     // Either way 10 + 3, never the pending 3 twice.
     EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{13, 13}));
   }
+}
+
+TEST(Autograd, ANodeThatDoesNotSumIsOfferedNothing) {
+  Tensor x = Tensor::from_vector({1, 2}, {2}, DType::kF64).set_requires_grad(true);
+  auto plain = std::make_shared<ScaledPassThrough>(3.0, false);
+  auto summing = std::make_shared<ScaledPassThrough>(10.0, true);
+  Tensor b = pass_through(x, plain);     // runs last: the 10s are pending at x
+  Tensor a = pass_through(x, summing);  // runs first: nothing pending
+  sum(add(a, b)).backward();
+  EXPECT_FALSE(plain->seen.defined());
+  EXPECT_FALSE(summing->seen.defined());
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{13, 13}));
+}
+
+// One tensor passed as two inputs of a summing node: both of its gradients count.
+class TwoInputs final : public Node {
+ public:
+  std::string name() const override { return "TwoInputs"; }
+  bool sums_into_input(size_t) const override { return true; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < 2; ++i) {
+      Tensor g = scale(grads[0], i == 0 ? 10.0 : 100.0);
+      if (pending_grad(i).defined()) {
+        g = add(g, pending_grad(i));
+        mark_pending_summed(i);
+      }
+      out.push_back(g);
+    }
+    return out;
+  }
+};
+
+TEST(Autograd, ASlotTwoEdgesShareIsNotSummedInTheNode) {
+  Tensor x = Tensor::from_vector({1, 2}, {2}, DType::kF64).set_requires_grad(true);
+  Tensor y = Tensor::from_vector({0, 0}, {2}, DType::kF64);
+  record(std::make_shared<TwoInputs>(), {x, x}, y);  // runs last
+  Tensor other = scale(x, 3.0);                       // runs first: 3 pending at x
+  sum(add(y, other)).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{113, 113}));
 }
 
 }  // namespace

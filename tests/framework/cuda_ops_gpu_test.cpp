@@ -162,6 +162,22 @@ TEST_P(CudaOps, GeluSoftmaxLayerNorm) {
                               input({1024}, gen_)}));
 }
 
+// A residual stream, x + layer_norm(x) scaled: the skip's gradient is pending at x when the layer
+// norm's backward runs, which adds it in its own kernel (Note [Sums in the producing kernel]),
+// on every width of the vectorised and the scalar row kernels.
+TEST_P(CudaOps, LayerNormSumsTheResidualGradient) {
+  auto residual_fn = [](const std::vector<Tensor>& t) {
+    Tensor branch = mul(layer_norm(t[0], t[1], t[2], 1e-6), t[3]);
+    return add(branch, mul(t[0], t[4]));
+  };
+  for (int64_t d : {96, 1024, 100, 1100, 37}) {
+    SCOPED_TRACE("layer_norm width " + std::to_string(d));
+    EXPECT_TRUE(matches(residual_fn, {input({4, 25, d}, gen_, true, -3, 3), input({d}, gen_, true, 0.5, 1.5),
+                                      input({d}, gen_), input({4, 25, d}, gen_, false),
+                                      input({4, 25, d}, gen_, false)}));
+  }
+}
+
 // An input used by two ops gets the sum of both gradients (the engine's add_new: one kernel on
 // the GPU, out = a + b).
 TEST_P(CudaOps, GradientsOfAnInputUsedTwiceAreSummed) {

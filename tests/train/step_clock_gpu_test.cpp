@@ -13,5 +13,12 @@ TEST(StepClockGpu, ResumedRunTimesOnlyItsOwnSteps) {
   testing::check_resumed_clock(Device::cuda(0), 0.0);
 }
 
+// Four times the ring of events: the old steps are read from host memory, the recent ones
+// from their slots.
+TEST(StepClockGpu, ALongRunKeepsEveryStep) {
+  VITDDP_REQUIRE_GPU();
+  testing::check_long_run(Device::cuda(0));
+}
+
 }  // namespace
 }  // namespace vitddp

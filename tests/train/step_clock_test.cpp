@@ -8,5 +8,7 @@ namespace {
 
 TEST(StepClock, ResumedRunTimesOnlyItsOwnSteps) { testing::check_resumed_clock(Device::cpu(), 0.002); }
 
+TEST(StepClock, ALongRunKeepsEveryStep) { testing::check_long_run(Device::cpu()); }
+
 }  // namespace
 }  // namespace vitddp

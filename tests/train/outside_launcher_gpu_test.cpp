@@ -1,0 +1,70 @@
+// Ranks started by an outside launcher without --gpus (Note [One GPU per rank]): two `train`
+// processes with mpirun's or srun's rank variables, as those launchers start them, train
+// together on two GPUs. Before each rank took the GPU of its local rank, both took cuda:0 and
+// NCCL refused them. Skipped without 2 GPUs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "common/ddp_harness.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+const std::string kArgs = "--timeout 30 --model vit_tiny --data gpu --batch-size 16 --warmup 0 --steps 3 "
+                          "--print-every 1 --json";
+
+// Runs both ranks at once; env_of(rank) gives a rank's variables.
+template <typename EnvOf>
+void run_two_ranks(EnvOf&& env_of, testing::TrainOutcome (&out)[2]) {
+  std::thread other([&] { out[1] = testing::run_train(env_of(1), kArgs, true, 120); });
+  out[0] = testing::run_train(env_of(0), kArgs, true, 120);
+  other.join();
+}
+
+std::string fresh_folder(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vitddp_" + name + "_" +
+                                                                              std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+TEST(OutsideLauncherGpu, MpirunRanksTakeTheGpusOfTheirLocalRanks) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const std::string dir = fresh_folder("mpirun");
+  testing::TrainOutcome out[2];
+  run_two_ranks(
+      [&](int r) {
+        const std::string n = std::to_string(r);
+        return "OMPI_COMM_WORLD_RANK=" + n + " OMPI_COMM_WORLD_LOCAL_RANK=" + n +
+               " OMPI_COMM_WORLD_SIZE=2 NCCL_NVLS_ENABLE=0 VITDDP_RENDEZVOUS=" + dir;
+      },
+      out);
+  EXPECT_EQ(out[0].code, 0) << out[0].out;
+  EXPECT_EQ(out[1].code, 0) << out[1].out;
+  EXPECT_NE(out[0].out.find("\"device\":\"cuda:0\""), std::string::npos) << out[0].out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(OutsideLauncherGpu, SrunRanksThatSeeOneGpuEachTakeIt) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const std::string dir = fresh_folder("srun");
+  testing::TrainOutcome out[2];
+  run_two_ranks(
+      [&](int r) {
+        const std::string n = std::to_string(r);
+        return "CUDA_VISIBLE_DEVICES=" + n + " SLURM_PROCID=" + n + " SLURM_LOCALID=" + n +
+               " SLURM_NTASKS=2 NCCL_NVLS_ENABLE=0 VITDDP_RENDEZVOUS=" + dir;
+      },
+      out);
+  EXPECT_EQ(out[0].code, 0) << out[0].out;
+  EXPECT_EQ(out[1].code, 0) << out[1].out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace vitddp

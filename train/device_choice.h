@@ -1,0 +1,20 @@
+// Which device a training process takes: --device, --gpus and --procs, and the rank environment
+// of our launcher or of an outside one (mpirun, srun). Pure, so that it is tested without GPUs.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "distributed/launcher.h"
+#include "train/config.h"
+
+namespace vitddp {
+
+// "cpu" or "cuda:N" for this process. `visible` is the number of GPUs it can use;
+// `describe_gpus` names them, for error lines only. Prints a note to `log` when it falls back to
+// the CPU. Throws vitddp::Error on requests the machine cannot meet. Note [One GPU per rank].
+std::string choose_device(const TrainConfig& config, const RankEnvironment& env, int visible,
+                          const std::function<std::string()>& describe_gpus, std::ostream& log);
+
+}  // namespace vitddp
