@@ -74,9 +74,12 @@ constexpr int kPerWord = 16 / sizeof(T);
 template <typename T>
 constexpr int kWordsPerLane = 32 / kPerWord<T>;  // 32 floats of registers per row operand
 
-template <typename T>
+// kAdd (add_layer_norm_forward): the row is x + x2, rounded to T, stored to sum_out and then
+// normalised: the values an add and a layer norm would have made, with one read of the sum less.
+template <typename T, bool kAdd = false>
 __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, float eps, T* y, float* mean_out,
-                                              float* rstd_out, int64_t rows, int64_t d) {
+                                              float* rstd_out, int64_t rows, int64_t d, const T* x2 = nullptr,
+                                              T* sum_out = nullptr) {
   constexpr int V = kPerWord<T>, K = kWordsPerLane<T>;
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -90,6 +93,13 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
     const int j = lane + 32 * k;
     if (j < words) {
       load_pack<V>(xr, j, v[k]);
+      if constexpr (kAdd) {
+        float u[V];
+        load_pack<V>(x2 + row * d, j, u);
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[k][i] = to_f(from_f<T>(v[k][i] + u[i]));
+        store_pack<V>(sum_out + row * d, j, v[k]);
+      }
 #pragma unroll
       for (int i = 0; i < V; ++i) s += v[k][i];
     }
@@ -310,6 +320,25 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
     }
     CUDA_CHECK_LAUNCH();
   });
+}
+
+bool add_layer_norm_forward(const Tensor& a, const Tensor& a2, const Tensor& w, const Tensor& b, double eps,
+                            const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const int64_t d = a.size(-1), rows = a.numel() / d;
+  bool done = false;
+  dispatch_floating(a.dtype(), "add_layer_norm", [&](auto zero) {
+    using T = decltype(zero);
+    if (rows == 0 || !vectorizable<T>(d, {a.data<T>(), a2.data<T>(), w.data<T>(), b.data<T>(), y.data<T>(),
+                                          sum.data<T>()}))
+      return;
+    const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    layer_norm_forward_vec_kernel<T, true><<<blocks, kWarpsPerBlock * 32, 0, current_stream()>>>(
+        a.data<T>(), w.data<T>(), b.data<T>(), static_cast<float>(eps), y.data<T>(), mean.data<float>(),
+        rstd.data<float>(), rows, d, a2.data<T>(), sum.data<T>());
+    CUDA_CHECK_LAUNCH();
+    done = true;
+  });
+  return done;
 }
 
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd, const Tensor& dy,

@@ -9,6 +9,10 @@ namespace vitddp::cuda {
 
 void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
+// sum = a + a2 (same shape, contiguous), y = layer_norm(sum), in one kernel where the row kernels
+// take the shapes and pointers (returns true); otherwise does nothing and returns false.
+bool add_layer_norm_forward(const Tensor& a, const Tensor& a2, const Tensor& w, const Tensor& b, double eps,
+                            const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd);
 // dx_add, when defined (x's shape and dtype, contiguous): dx = the input gradient + dx_add, in one
 // pass (Note [Sums in the producing kernel] in framework/autograd/node.h).
 void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,

@@ -40,6 +40,11 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, weight_, bias_, eps_);
 }
 
+AddLayerNorm LayerNorm::forward_sum(const Tensor& a, const Tensor& b) const {
+  before_forward();
+  return add_layer_norm(a, b, weight_, bias_, eps_);
+}
+
 MultiheadAttention::MultiheadAttention(int64_t dim, int64_t num_heads) : dim_(dim), num_heads_(num_heads) {
   VITDDP_CHECK(num_heads > 0 && dim % num_heads == 0, "MultiheadAttention: ", num_heads,
                " heads do not divide dim ", dim);

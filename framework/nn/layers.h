@@ -6,6 +6,7 @@
 
 #include "framework/core/random.h"
 #include "framework/nn/module.h"
+#include "framework/ops/layer_norm.h"
 
 namespace vitddp {
 
@@ -49,6 +50,8 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-6);
   Tensor forward(const Tensor& x) const;  // (..., D) -> (..., D)
+  // A residual stream: sum = a + b and forward(sum), in one kernel where it can (add_layer_norm).
+  AddLayerNorm forward_sum(const Tensor& a, const Tensor& b) const;
 
  private:
   Tensor weight_;

@@ -71,6 +71,12 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor recorded_as_add(const Tensor& a, const Tensor& b, Tensor sum) {
+  VITDDP_ASSERT(a.shape() == sum.shape() && b.shape() == sum.shape(), "recorded_as_add: shapes differ");
+  if (any_requires_grad({a, b})) record(std::make_shared<AddBackward>(a.shape(), b.shape()), {a, b}, sum);
+  return sum;
+}
+
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary(cpu::BinaryOp::kMul, a, b, "mul");
   if (any_requires_grad({a, b})) record(std::make_shared<MulBackward>(a, b), {a, b}, out);

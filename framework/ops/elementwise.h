@@ -10,4 +10,8 @@ Tensor add(const Tensor& a, const Tensor& b);   // a + b, broadcast
 Tensor mul(const Tensor& a, const Tensor& b);   // a * b, broadcast
 Tensor scale(const Tensor& a, double factor);   // a * factor
 
+// Records `sum`, which a fused kernel computed as a + b (same shapes), as add's output in the
+// autograd graph (add's backward), and returns it.
+Tensor recorded_as_add(const Tensor& a, const Tensor& b, Tensor sum);
+
 }  // namespace vitddp

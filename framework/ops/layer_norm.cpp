@@ -1,10 +1,12 @@
-// layer_norm: checks, the autograd node and device dispatch. Kernels: cpu/layer_norm.cpp.
+// layer_norm and add_layer_norm: checks, the autograd node and device dispatch. Kernels:
+// cpu/layer_norm.cpp, cuda/layer_norm.cu.
 #include "framework/ops/layer_norm.h"
 
 #include "framework/autograd/node.h"
 #include "framework/cpu/layer_norm.h"
 #include "framework/ops/dispatch.h"
 #include "framework/cuda/layer_norm.h"
+#include "framework/ops/elementwise.h"
 #include "framework/ops/nn_checks.h"
 
 namespace vitddp {
@@ -49,7 +51,9 @@ class LayerNormBackward final : public Node {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+namespace {
+
+void check_layer_norm_args(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layer_norm";
   nn_checks::check_floating(op, "input", input);
   nn_checks::check_defined(op, "weight", weight);
@@ -64,20 +68,55 @@ Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias,
   VITDDP_CHECK(bias.dim() == 1 && bias.size(0) == D, "layer_norm: bias ", brief(bias), " does not match input ",
                brief(input), " (normalized dim ", D, ")");
   VITDDP_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
+}
+
+// Statistics stay in f32 for 16-bit inputs (f64 for f64): bf16 would cost backward accuracy.
+DType stats_dtype(DType x) { return x == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+  check_layer_norm_args(input, weight, bias, eps);
   Tensor x = input.contiguous();
   Tensor w = weight.contiguous();
   Tensor b = bias.contiguous();
   const int64_t rows = nn_checks::leading_rows(x);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  // Statistics stay in f32 for 16-bit inputs (f64 for f64): bf16 would cost backward accuracy.
-  DType stats = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-  Tensor mean = Tensor::empty({rows}, stats, x.device());
-  Tensor rstd = Tensor::empty({rows}, stats, x.device());
-  on_device(x.device(), op, [&] { cpu::layer_norm_forward(x, w, b, eps, y, mean, rstd); },
-              [&] { cuda::layer_norm_forward(x, w, b, eps, y, mean, rstd); });
+  Tensor mean = Tensor::empty({rows}, stats_dtype(x.dtype()), x.device());
+  Tensor rstd = Tensor::empty({rows}, stats_dtype(x.dtype()), x.device());
+  on_device(x.device(), "layer_norm", [&] { cpu::layer_norm_forward(x, w, b, eps, y, mean, rstd); },
+            [&] { cuda::layer_norm_forward(x, w, b, eps, y, mean, rstd); });
   if (any_requires_grad({input, weight, bias}))
     record(std::make_shared<LayerNormBackward>(x, w, mean, rstd), {input, weight, bias}, y);
   return y;
+}
+
+AddLayerNorm add_layer_norm(const Tensor& a, const Tensor& b, const Tensor& weight, const Tensor& bias, double eps) {
+  auto apart = [&] {
+    Tensor sum = add(a, b);
+    return AddLayerNorm{sum, layer_norm(sum, weight, bias, eps)};
+  };
+  if (!a.defined() || !b.defined() || !a.device().is_cuda() || a.device() != b.device() || a.dtype() != b.dtype() ||
+      a.shape() != b.shape() || !a.is_contiguous() || !b.is_contiguous())
+    return apart();
+  check_layer_norm_args(a, weight, bias, eps);
+  Tensor w = weight.contiguous();
+  Tensor bi = bias.contiguous();
+  const int64_t rows = nn_checks::leading_rows(a);
+  Tensor sum = Tensor::empty(a.shape(), a.dtype(), a.device());
+  Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
+  Tensor mean = Tensor::empty({rows}, stats_dtype(a.dtype()), a.device());
+  Tensor rstd = Tensor::empty({rows}, stats_dtype(a.dtype()), a.device());
+  bool fused = false;
+  on_device(a.device(), "add_layer_norm", [] {},
+            [&] { fused = cuda::add_layer_norm_forward(a, b, w, bi, eps, sum, y, mean, rstd); });
+  if (!fused) return apart();  // the row kernels do not take this width or these pointers
+  // The graph add and layer_norm would have made: the add's node first (see Note [Sums in the
+  // producing kernel]: the layer norm's backward then runs after the skip's).
+  sum = recorded_as_add(a, b, sum);
+  if (any_requires_grad({sum, weight, bias}))
+    record(std::make_shared<LayerNormBackward>(sum, w, mean, rstd), {sum, weight, bias}, y);
+  return {sum, y};
 }
 
 }  // namespace vitddp

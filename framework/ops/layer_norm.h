@@ -9,4 +9,14 @@ namespace vitddp {
 // with the biased variance.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 
+// A residual stream's add and the layer norm that reads it: sum = a + b, normed =
+// layer_norm(sum), with add's and layer_norm's results and autograd graph. On the GPU, where a and
+// b have one shape, one kernel writes both (the sum is not read back); otherwise add, then
+// layer_norm.
+struct AddLayerNorm {
+  Tensor sum;
+  Tensor normed;
+};
+AddLayerNorm add_layer_norm(const Tensor& a, const Tensor& b, const Tensor& weight, const Tensor& bias, double eps);
+
 }  // namespace vitddp

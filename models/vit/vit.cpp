@@ -28,10 +28,16 @@ EncoderBlock::EncoderBlock(const VitConfig& config, Generator* dropout_gen)
 
 Tensor EncoderBlock::forward(const Tensor& input) const {
   before_forward();
-  Tensor x = self_attention_->forward(ln_1_->forward(input));
+  const Residual r = forward_residual(input, ln_1_->forward(input));
+  return add(r.skip, r.branch);
+}
+
+EncoderBlock::Residual EncoderBlock::forward_residual(const Tensor& input, const Tensor& normed_input) const {
+  before_forward();
+  Tensor x = self_attention_->forward(normed_input);
   if (dropout_ > 0) x = dropout(x, dropout_, is_training(), *dropout_gen_);
-  x = add(x, input);
-  return add(x, mlp_->forward(ln_2_->forward(x)));
+  const AddLayerNorm mid = ln_2_->forward_sum(x, input);  // x + input, and ln_2 of it
+  return {mid.sum, mlp_->forward(mid.normed)};
 }
 
 Encoder::Encoder(const VitConfig& config, Generator* dropout_gen)
@@ -48,8 +54,18 @@ Tensor Encoder::forward(const Tensor& input) const {
   before_forward();
   Tensor x = add(input, pos_embedding_);
   if (dropout_ > 0) x = dropout(x, dropout_, is_training(), *dropout_gen_);
-  for (const EncoderBlock* layer : layers_) x = layer->forward(x);
-  return ln_->forward(x);
+  if (layers_.empty()) return ln_->forward(x);
+  // Each block's output sum is made by the layer norm that reads it next (the next block's ln_1,
+  // or ln): one kernel for both on the GPU (add_layer_norm).
+  Tensor normed = layers_.front()->ln_1().forward(x);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const EncoderBlock::Residual r = layers_[i]->forward_residual(x, normed);
+    const LayerNorm& next = i + 1 < layers_.size() ? layers_[i + 1]->ln_1() : *ln_;
+    const AddLayerNorm out = next.forward_sum(r.skip, r.branch);
+    x = out.sum;
+    normed = out.normed;
+  }
+  return normed;
 }
 
 VisionTransformer::VisionTransformer(const VitConfig& config, uint64_t seed)

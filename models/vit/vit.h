@@ -16,6 +16,15 @@ class EncoderBlock : public Module {
  public:
   EncoderBlock(const VitConfig& config, Generator* dropout_gen);
   Tensor forward(const Tensor& x) const;  // (B, N, D) -> (B, N, D)
+  // The block's output as its two residual parts, skip + branch, for a caller that adds them in
+  // the next layer norm's kernel (LayerNorm::forward_sum); normed_input is ln_1(input), made by
+  // the caller the same way. Encoder::forward runs the blocks so.
+  struct Residual {
+    Tensor skip;
+    Tensor branch;
+  };
+  Residual forward_residual(const Tensor& input, const Tensor& normed_input) const;
+  const LayerNorm& ln_1() const { return *ln_1_; }
   MultiheadAttention& self_attention() { return *self_attention_; }
   Mlp& mlp() { return *mlp_; }
 

@@ -178,6 +178,32 @@ TEST_P(CudaOps, LayerNormSumsTheResidualGradient) {
   }
 }
 
+// add_layer_norm: the sum and its layer norm in one kernel on the vectorised widths (96, 1024,
+// 100), add then layer_norm on the others; both outputs and every input's gradient against the
+// CPU's, and on the GPU the same bits as add, then layer_norm.
+TEST_P(CudaOps, AddLayerNormMatchesAddThenLayerNorm) {
+  auto fn = [](const std::vector<Tensor>& t) {
+    const AddLayerNorm r = add_layer_norm(t[0], t[1], t[2], t[3], 1e-6);
+    Tensor normed = mul(r.normed, t[4]);  // apart: argument order is unspecified
+    return add(normed, mul(r.sum, t[5]));
+  };
+  for (int64_t d : {96, 1024, 100, 1100, 37}) {
+    SCOPED_TRACE("width " + std::to_string(d));
+    const Shape shape{4, 25, d};
+    EXPECT_TRUE(matches(fn, {input(shape, gen_, true, -2, 2), input(shape, gen_, true, -2, 2),
+                             input({d}, gen_, true, 0.5, 1.5), input({d}, gen_), input(shape, gen_, false),
+                             input(shape, gen_, false)}));
+    const Device g = Device::cuda(0);
+    const DType dt = GetParam().dtype;
+    Tensor a = input(shape, gen_, false).to(dt).to(g), b = input(shape, gen_, false).to(dt).to(g);
+    Tensor w = input({d}, gen_, false, 0.5, 1.5).to(dt).to(g), bias = input({d}, gen_, false).to(dt).to(g);
+    const AddLayerNorm fused = add_layer_norm(a, b, w, bias, 1e-6);
+    Tensor sum = add(a, b);
+    EXPECT_EQ(fused.sum.to_vector(), sum.to_vector());
+    EXPECT_EQ(fused.normed.to_vector(), layer_norm(sum, w, bias, 1e-6).to_vector());
+  }
+}
+
 // An input used by two ops gets the sum of both gradients (the engine's add_new: one kernel on
 // the GPU, out = a + b).
 TEST_P(CudaOps, GradientsOfAnInputUsedTwiceAreSummed) {

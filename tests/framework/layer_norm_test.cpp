@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/test_utils.h"
+#include "framework/autograd/node.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/layer_norm.h"
 #include "framework/ops/reduce.h"
@@ -108,6 +109,26 @@ TEST(LayerNorm, ResidualGradientSummedInTheBackwardPass) {
   std::vector<double> want(ln.size());
   for (size_t i = 0; i < ln.size(); ++i) want[i] = static_cast<float>(static_cast<float>(ln[i]) + static_cast<float>(sk[i]));
   EXPECT_EQ(x.grad().to_vector(), want);
+}
+
+
+// add_layer_norm on the CPU is add, then layer_norm: their values and their graph (the add's
+// node first, so that the layer norm's backward can sum the skip's gradient).
+TEST(LayerNorm, AddLayerNormIsAddThenLayerNorm) {
+  Generator gen(9);
+  Tensor a = random_tensor({3, 4, 16}, gen, DType::kF32).set_requires_grad(true);
+  Tensor b = random_tensor({3, 4, 16}, gen, DType::kF32).set_requires_grad(true);
+  Tensor w = random_tensor({16}, gen).to(DType::kF32), bias = random_tensor({16}, gen).to(DType::kF32);
+  const AddLayerNorm r = add_layer_norm(a, b, w, bias, 1e-5);
+  Tensor sum = add(a, b);
+  EXPECT_EQ(r.sum.to_vector(), sum.to_vector());
+  EXPECT_EQ(r.normed.to_vector(), layer_norm(sum, w, bias, 1e-5).to_vector());
+  ASSERT_TRUE(r.sum.grad_fn() && r.normed.grad_fn());
+  EXPECT_EQ(r.sum.grad_fn()->name(), "AddBackward");
+  EXPECT_EQ(r.normed.grad_fn()->name(), "LayerNormBackward");
+  EXPECT_LT(r.sum.grad_fn()->sequence_nr(), r.normed.grad_fn()->sequence_nr());
+  EXPECT_TRUE(throws_with([&] { add_layer_norm(a, b, Tensor::zeros({15}), bias, 1e-5); },
+                          {"layer_norm", "weight f32[15]"}));
 }
 
 }  // namespace
