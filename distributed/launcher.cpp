@@ -62,7 +62,8 @@ RankEnvironment read_rank_environment() {
     env.source = vars[3];
     env.rank = env_int(vars[0]);
     env.world_size = env_int(vars[2]);
-    env.local_rank = std::getenv(vars[1]) ? env_int(vars[1]) : env.rank;
+    env.local_rank_set = std::getenv(vars[1]) != nullptr;
+    env.local_rank = env.local_rank_set ? env_int(vars[1]) : env.rank;
     VITDDP_CHECK(env.world_size >= 1, "environment: ", vars[2], " must be >= 1");
     VITDDP_CHECK(env.rank < env.world_size, "environment: ", vars[0], "=", env.rank, " is not below ", vars[2], "=",
                  env.world_size);

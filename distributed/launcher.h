@@ -18,7 +18,8 @@ namespace vitddp {
 struct RankEnvironment {
   bool distributed = false;  // a rank environment was found
   int rank = 0;
-  int local_rank = 0;
+  int local_rank = 0;        // the rank when the launcher names no local rank
+  bool local_rank_set = false;  // the launcher named it (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)
   int world_size = 1;
   std::string rendezvous;    // VITDDP_RENDEZVOUS: folder for the file store
   std::string source;        // which variables: "RANK", "OMPI", "SLURM"

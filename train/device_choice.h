@@ -17,4 +17,12 @@ namespace vitddp {
 std::string choose_device(const TrainConfig& config, const RankEnvironment& env, int visible,
                           const std::function<std::string()>& describe_gpus, std::ostream& log);
 
+// The visible GPUs by index and name, "; "-separated, for error lines ("none" without any).
+std::string describe_visible_gpus();
+
+// The GPU a rank takes when nothing names one (no --gpus, no --device cuda:K): cuda:0 for a single
+// process, a rank that sees one GPU, or a launcher that names no local rank; else the GPU of its
+// local rank, which must be visible. Note [One GPU per rank].
+int rank_gpu(const RankEnvironment& env, int visible, const std::function<std::string()>& describe_gpus);
+
 }  // namespace vitddp

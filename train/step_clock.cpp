@@ -59,11 +59,11 @@ class WallClock final : public StepClock {
 // stop request to pinned memory. It holds kRing events and pinned slots, reused in turn:
 // before step s reuses the slots of step s - kRing (and overwrites the event that started step
 // s - kRing + 1), the steps up to s - kRing + 1 are read into host vectors (their duration, loss,
-// flag, stop request). Those steps ran long ago (the trainer reads every step within two of
-// issuing it), so reading them does not wait; a caller that runs further ahead is held kRing
-// steps behind. A step not read yet is read from its slots. Before, every step had an event of
-// its own, made up front: a run of 10^8 steps made 10^8 events and 1.6 GB of pinned memory
-// before its first step.
+// flag, stop request; 32 bytes of host memory a step). Those steps ran long ago (the trainer
+// reads every step within two of issuing it), so reading them does not wait; a caller that runs
+// further ahead is held kRing - 1 steps behind. A step not read yet is read from its slots.
+// Before, every step had an event of its own, made up front: a run of 10^8 steps made 10^8
+// events and 1.6 GB of pinned memory before its first step.
 class CudaEventClock final : public StepClock {
  public:
   static constexpr int64_t kRing = 64;

@@ -26,7 +26,8 @@ class StepClock {
   virtual bool stop_requested(int64_t step) = 0;
   // Seconds per step for steps [first, last] (GPU: between consecutive step ends), in order.
   virtual std::vector<double> step_seconds(int64_t first, int64_t last) = 0;
-  // Seconds from the end of step first - 1 (or the start, for 0) to the end of step last.
+  // Seconds from the end of step first - 1 (or the clock's start, for its first step) to the end of
+  // step last.
   virtual double span_seconds(int64_t first, int64_t last) = 0;
 };
 

@@ -51,16 +51,6 @@
 namespace vitddp {
 namespace {
 
-std::string describe_visible_gpus() {
-#if VITDDP_WITH_CUDA
-  std::string out;
-  for (const std::string& d : cuda::describe_devices()) out += (out.empty() ? "" : "; ") + d;
-  return out.empty() ? "none" : out;
-#else
-  return "none (this build has no CUDA backend)";
-#endif
-}
-
 // The GPU's name for its peak rate (train/utilisation.h); "" for the CPU.
 std::string gpu_name(const Device& device) {
 #if VITDDP_WITH_CUDA

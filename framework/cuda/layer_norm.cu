@@ -322,6 +322,16 @@ void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, doubl
   });
 }
 
+bool add_layer_norm_fits(const Tensor& a, const Tensor& a2, const Tensor& w, const Tensor& b) {
+  const int64_t d = a.size(-1);
+  bool fits = false;
+  dispatch_floating(a.dtype(), "add_layer_norm", [&](auto zero) {
+    using T = decltype(zero);
+    fits = a.numel() > 0 && vectorizable<T>(d, {a.data<T>(), a2.data<T>(), w.data<T>(), b.data<T>()});
+  });
+  return fits;
+}
+
 bool add_layer_norm_forward(const Tensor& a, const Tensor& a2, const Tensor& w, const Tensor& b, double eps,
                             const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t d = a.size(-1), rows = a.numel() / d;

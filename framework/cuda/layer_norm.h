@@ -9,6 +9,9 @@ namespace vitddp::cuda {
 
 void layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
+// Whether add_layer_norm_forward takes these inputs (same shape, contiguous): a width and
+// pointers the row kernels take (outputs fresh from the allocator are aligned).
+bool add_layer_norm_fits(const Tensor& a, const Tensor& a2, const Tensor& w, const Tensor& b);
 // sum = a + a2 (same shape, contiguous), y = layer_norm(sum), in one kernel where the row kernels
 // take the shapes and pointers (returns true); otherwise does nothing and returns false.
 bool add_layer_norm_forward(const Tensor& a, const Tensor& a2, const Tensor& w, const Tensor& b, double eps,

@@ -102,6 +102,11 @@ AddLayerNorm add_layer_norm(const Tensor& a, const Tensor& b, const Tensor& weig
   check_layer_norm_args(a, weight, bias, eps);
   Tensor w = weight.contiguous();
   Tensor bi = bias.contiguous();
+#if VITDDP_WITH_CUDA
+  if (!cuda::add_layer_norm_fits(a, b, w, bi)) return apart();  // before anything is allocated
+#else
+  return apart();  // no CUDA tensors in this build
+#endif
   const int64_t rows = nn_checks::leading_rows(a);
   Tensor sum = Tensor::empty(a.shape(), a.dtype(), a.device());
   Tensor y = Tensor::empty(a.shape(), a.dtype(), a.device());
@@ -110,7 +115,7 @@ AddLayerNorm add_layer_norm(const Tensor& a, const Tensor& b, const Tensor& weig
   bool fused = false;
   on_device(a.device(), "add_layer_norm", [] {},
             [&] { fused = cuda::add_layer_norm_forward(a, b, w, bi, eps, sum, y, mean, rstd); });
-  if (!fused) return apart();  // the row kernels do not take this width or these pointers
+  if (!fused) return apart();  // not expected after add_layer_norm_fits: the outputs are aligned
   // The graph add and layer_norm would have made: the add's node first (see Note [Sums in the
   // producing kernel]: the layer norm's backward then runs after the skip's).
   sum = recorded_as_add(a, b, sum);

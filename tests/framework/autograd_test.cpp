@@ -162,7 +162,7 @@ TEST(Autograd, Float32GradientsMatchExpected) {
 
 // Note [Sums in the producing kernel]: a node that sums into its input is handed the gradient
 // another consumer already sent there, and the engine then takes its gradient as the sum. The
-// summing node is recorded first, so it runs last (the engine runs later nodes first).
+// engine runs later nodes first: a node recorded first runs last.
 class ScaledPassThrough final : public Node {
  public:
   ScaledPassThrough(double factor, bool sums) : factor_(factor), sums_(sums) {}

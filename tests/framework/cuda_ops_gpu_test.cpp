@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <cstdlib>
 
 #include "common/gpu.h"
@@ -12,6 +13,7 @@
 #include "framework/cuda/context.h"
 #include "framework/cuda/gelu.h"
 #include "framework/cuda/linear.h"
+#include "framework/cuda/op_profiler.h"
 #include "framework/ops/ops.h"
 
 namespace vitddp {
@@ -178,8 +180,8 @@ TEST_P(CudaOps, LayerNormSumsTheResidualGradient) {
   }
 }
 
-// add_layer_norm: the sum and its layer norm in one kernel on the vectorised widths (96, 1024,
-// 100), add then layer_norm on the others; both outputs and every input's gradient against the
+// add_layer_norm: the sum and its layer norm in one kernel on the vectorised widths (96 and
+// 1024; 100 in f32 only), add then layer_norm on the others; both outputs and every input's gradient against the
 // CPU's, and on the GPU the same bits as add, then layer_norm.
 TEST_P(CudaOps, AddLayerNormMatchesAddThenLayerNorm) {
   auto fn = [](const std::vector<Tensor>& t) {
@@ -202,6 +204,41 @@ TEST_P(CudaOps, AddLayerNormMatchesAddThenLayerNorm) {
     EXPECT_EQ(fused.sum.to_vector(), sum.to_vector());
     EXPECT_EQ(fused.normed.to_vector(), layer_norm(sum, w, bias, 1e-6).to_vector());
   }
+}
+
+// Which kernels ran, by the op profiler's names: the fused op where the row kernels take the
+// width, add and layer_norm where they do not; and in backward, the skip's gradient summed in
+// the layer norm's kernel (no add_gradients).
+TEST_P(CudaOps, AddLayerNormRunsOneKernelAndItsBackwardSumsTheSkip) {
+  const Device g = Device::cuda(0);
+  const DType dt = GetParam().dtype;
+  auto ops_of = [&](int64_t d, bool backward) {
+    Tensor a = input({4, 25, d}, gen_, false).to(dt).to(g).set_requires_grad(true);
+    Tensor b = input({4, 25, d}, gen_, false).to(dt).to(g);
+    Tensor w = input({d}, gen_, false, 0.5, 1.5).to(dt).to(g), bias = input({d}, gen_, false).to(dt).to(g);
+    cuda::OpProfiler& profiler = cuda::OpProfiler::instance();
+    profiler.set_enabled(true);
+    const AddLayerNorm r = add_layer_norm(a, b, w, bias, 1e-6);
+    if (backward) {
+      Tensor normed = sum(r.normed);  // apart: argument order is unspecified
+      sum(add(normed, sum(r.sum))).backward();
+    }
+    std::map<std::string, int> calls;
+    for (const cuda::OpProfiler::Entry& e : profiler.collect()) calls[e.name] = e.calls;
+    profiler.set_enabled(false);
+    return calls;
+  };
+  std::map<std::string, int> fused = ops_of(1024, false);
+  EXPECT_EQ(fused["add_layer_norm"], 1);
+  EXPECT_EQ(fused.count("add"), 0u);
+  EXPECT_EQ(fused.count("layer_norm"), 0u);
+  std::map<std::string, int> apart = ops_of(37, false);
+  EXPECT_EQ(apart.count("add_layer_norm"), 0u);
+  EXPECT_EQ(apart["add"], 1);
+  EXPECT_EQ(apart["layer_norm"], 1);
+  std::map<std::string, int> both = ops_of(1024, true);
+  EXPECT_EQ(both["layer_norm backward"], 1);
+  EXPECT_EQ(both.count("add_gradients"), 0u) << "the skip's gradient was summed apart";
 }
 
 // An input used by two ops gets the sum of both gradients (the engine's add_new: one kernel on

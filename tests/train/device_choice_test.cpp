@@ -20,6 +20,7 @@ RankEnvironment ranks(int rank, int local_rank, int world_size, const char* sour
   env.rank = rank;
   env.local_rank = local_rank;
   env.world_size = world_size;
+  env.local_rank_set = true;
   env.source = source;
   return env;
 }
@@ -47,15 +48,30 @@ TEST(DeviceChoice, ARankThatSeesOneGpuTakesIt) {
 TEST(DeviceChoice, MoreLocalRanksThanGpusIsAnError) {
   TrainConfig c;
   EXPECT_TRUE(throws_with([&] { choose(c, ranks(3, 3, 4), 2); },
-                          {"rank 3 is local rank 3", "OMPI variables", "only 2 GPU(s)", "GPU B", "one rank per GPU"}));
+                          {"local rank 3 (OMPI variables) has no GPU of its own", "shows 2 (0: GPU A; 1: GPU B)",
+                           "one rank per GPU"}));
 }
 
-TEST(DeviceChoice, OneDeviceNamedForEveryRankIsRefusedWhereRanksWouldShareIt) {
+TEST(DeviceChoice, WithoutALocalRankEachRankTakesTheFirstGpu) {
+  // RANK and WORLD_SIZE alone, as with one rank per machine: the rank is not a local rank.
+  RankEnvironment env = ranks(3, 3, 4, "RANK");
+  env.local_rank_set = false;
   TrainConfig c;
+  EXPECT_EQ(choose(c, env, 2), "cuda:0");
   c.device = "cuda:1";
-  EXPECT_TRUE(throws_with([&] { choose(c, ranks(1, 1, 2), 2); }, {"--device cuda:1", "local ranks 0 to 1", "leave --device out"}));
-  // A machine's first rank, or ranks of one machine each, may name it.
+  EXPECT_EQ(choose(c, env, 2), "cuda:1");
+}
+
+TEST(DeviceChoice, ANamedDeviceIsTakenAsNamed) {
+  TrainConfig c;
+  c.device = "cuda:1";  // per rank (cuda:$LOCAL_RANK, an MPMD line per rank), or one for all: NCCL's to refuse
+  EXPECT_EQ(choose(c, ranks(1, 1, 2), 2), "cuda:1");
   EXPECT_EQ(choose(c, ranks(0, 0, 2), 2), "cuda:1");
+  c.gpus = 1;
+  EXPECT_EQ(choose(c, ranks(0, 0, 2), 2), "cuda:1");
+  c.gpus = 0;
+  c.device = "cuda:2";
+  EXPECT_TRUE(throws_with([&] { choose(c, ranks(1, 1, 2), 2); }, {"device cuda:2", "2 GPU(s) visible"}));
 }
 
 TEST(DeviceChoice, WithoutGpusTheRanksTrainOnTheCpu) {
@@ -78,6 +94,10 @@ TEST(DeviceChoice, OurLaunchersRanksAndSingleProcesses) {
 
   TrainConfig single;
   EXPECT_EQ(choose(single, RankEnvironment{}, 2), "cuda:0");
+  EXPECT_EQ(choose(single, ranks(0, 0, 1), 2), "cuda:0");  // a rank environment of one rank
+  single.device = "cuda";
+  EXPECT_EQ(choose(single, RankEnvironment{}, 2), "cuda:0");
+  single.device = "auto";
   std::string note;
   EXPECT_EQ(choose(single, RankEnvironment{}, 0, &note), "cpu");
   EXPECT_NE(note.find("vit_tiny"), std::string::npos);

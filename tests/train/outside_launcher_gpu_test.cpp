@@ -18,52 +18,39 @@ namespace {
 const std::string kArgs = "--timeout 30 --model vit_tiny --data gpu --batch-size 16 --warmup 0 --steps 3 "
                           "--print-every 1 --json";
 
-// Runs both ranks at once; env_of(rank) gives a rank's variables.
+// Runs both ranks at once, env_of(rank) giving a rank's variables and `name` its rendezvous
+// folder; both must finish. Returns rank 0's output.
 template <typename EnvOf>
-void run_two_ranks(EnvOf&& env_of, testing::TrainOutcome (&out)[2]) {
-  std::thread other([&] { out[1] = testing::run_train(env_of(1), kArgs, true, 120); });
-  out[0] = testing::run_train(env_of(0), kArgs, true, 120);
-  other.join();
-}
-
-std::string fresh_folder(const std::string& name) {
+std::string expect_two_ranks_train(const std::string& name, EnvOf&& env_of) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vitddp_" + name + "_" +
                                                                               std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  return dir.string();
+  const std::string rendezvous = " NCCL_NVLS_ENABLE=0 VITDDP_RENDEZVOUS=" + dir.string();
+  testing::TrainOutcome out[2];
+  std::thread other([&] { out[1] = testing::run_train(env_of(1) + rendezvous, kArgs, true, 120); });
+  out[0] = testing::run_train(env_of(0) + rendezvous, kArgs, true, 120);
+  other.join();
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(out[0].code, 0) << out[0].out;
+  EXPECT_EQ(out[1].code, 0) << out[1].out;
+  return out[0].out;
 }
 
 TEST(OutsideLauncherGpu, MpirunRanksTakeTheGpusOfTheirLocalRanks) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const std::string dir = fresh_folder("mpirun");
-  testing::TrainOutcome out[2];
-  run_two_ranks(
-      [&](int r) {
-        const std::string n = std::to_string(r);
-        return "OMPI_COMM_WORLD_RANK=" + n + " OMPI_COMM_WORLD_LOCAL_RANK=" + n +
-               " OMPI_COMM_WORLD_SIZE=2 NCCL_NVLS_ENABLE=0 VITDDP_RENDEZVOUS=" + dir;
-      },
-      out);
-  EXPECT_EQ(out[0].code, 0) << out[0].out;
-  EXPECT_EQ(out[1].code, 0) << out[1].out;
-  EXPECT_NE(out[0].out.find("\"device\":\"cuda:0\""), std::string::npos) << out[0].out;
-  std::filesystem::remove_all(dir);
+  const std::string out = expect_two_ranks_train("mpirun", [](int r) {
+    const std::string n = std::to_string(r);
+    return "OMPI_COMM_WORLD_RANK=" + n + " OMPI_COMM_WORLD_LOCAL_RANK=" + n + " OMPI_COMM_WORLD_SIZE=2";
+  });
+  EXPECT_NE(out.find("\"device\":\"cuda:0\""), std::string::npos) << out;
 }
 
 TEST(OutsideLauncherGpu, SrunRanksThatSeeOneGpuEachTakeIt) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const std::string dir = fresh_folder("srun");
-  testing::TrainOutcome out[2];
-  run_two_ranks(
-      [&](int r) {
-        const std::string n = std::to_string(r);
-        return "CUDA_VISIBLE_DEVICES=" + n + " SLURM_PROCID=" + n + " SLURM_LOCALID=" + n +
-               " SLURM_NTASKS=2 NCCL_NVLS_ENABLE=0 VITDDP_RENDEZVOUS=" + dir;
-      },
-      out);
-  EXPECT_EQ(out[0].code, 0) << out[0].out;
-  EXPECT_EQ(out[1].code, 0) << out[1].out;
-  std::filesystem::remove_all(dir);
+  expect_two_ranks_train("srun", [](int r) {
+    const std::string n = std::to_string(r);
+    return "CUDA_VISIBLE_DEVICES=" + n + " SLURM_PROCID=" + n + " SLURM_LOCALID=" + n + " SLURM_NTASKS=2";
+  });
 }
 
 }  // namespace

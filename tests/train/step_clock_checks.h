@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "framework/core/error.h"
 #include "framework/optim/nonfinite.h"
 #include "train/step_clock.h"
 
@@ -35,29 +36,35 @@ inline void check_resumed_clock(Device device, double min_step_seconds) {
 // A run four times longer than the GPU clock's ring of events (Note [A ring of step events]):
 // every step's loss, non-finite flag and stop request read back after the run, old steps and
 // recent ones alike; times positive, and the span their sum.
-inline void check_long_run(Device device) {
+// `first` > 0: a resumed run, whose steps start there.
+inline void check_long_run(Device device, int64_t first = 0) {
   constexpr int64_t kSteps = 260;
-  std::unique_ptr<StepClock> clock = make_step_clock(device, kSteps, 0);
-  for (int64_t s = 0; s < kSteps; ++s) {
+  std::unique_ptr<StepClock> clock = make_step_clock(device, first + kSteps, first);
+  for (int64_t s = first; s < first + kSteps; ++s) {
     Tensor flag = s % 7 == 3 ? Tensor::from_vector({static_cast<double>(s)}, {1}, DType::kI64).to(device) : Tensor();
     Tensor stop = s % 5 == 0 ? Tensor::from_vector({s % 10 == 0 ? 1.0 : 0.0}, {}, DType::kF32).to(device) : Tensor();
     clock->end_step(s, Tensor::from_vector({0.25 * static_cast<double>(s)}, {}, DType::kF32).to(device), flag, stop);
     if (s % 50 == 49) EXPECT_DOUBLE_EQ(clock->loss(s - 1), 0.25 * static_cast<double>(s - 1));  // read as it runs
   }
-  for (int64_t s = 0; s < kSteps; ++s) {
+  const int64_t last = first + kSteps - 1;
+  for (int64_t s = first; s <= last; ++s) {
     EXPECT_DOUBLE_EQ(clock->loss(s), 0.25 * static_cast<double>(s)) << "step " << s;
     EXPECT_EQ(clock->nonfinite(s), s % 7 == 3 ? s : kNoNonfinite) << "step " << s;
     EXPECT_EQ(clock->stop_requested(s), s % 10 == 0) << "step " << s;
   }
-  const std::vector<double> times = clock->step_seconds(0, kSteps - 1);
+  const std::vector<double> times = clock->step_seconds(first, last);
   ASSERT_EQ(times.size(), static_cast<size_t>(kSteps));
   double sum = 0.0;
   for (double dt : times) {
     EXPECT_GE(dt, 0.0);
     sum += dt;
   }
-  EXPECT_NEAR(clock->span_seconds(0, kSteps - 1), sum, 1e-6 + 1e-6 * sum);
-  EXPECT_NEAR(clock->span_seconds(100, 199), clock->span_seconds(0, 199) - clock->span_seconds(0, 99), 1e-6);
+  EXPECT_NEAR(clock->span_seconds(first, last), sum, 1e-6 + 1e-6 * sum);
+  EXPECT_NEAR(clock->span_seconds(first + 100, first + 199),
+              clock->span_seconds(first, first + 199) - clock->span_seconds(first, first + 99), 1e-6);
+  // Steps are ended in order, once each.
+  EXPECT_THROW(clock->end_step(last, Tensor::from_vector({1.0}, {}, DType::kF32).to(device), Tensor(), Tensor()),
+               Error);
 }
 
 }  // namespace vitddp::testing

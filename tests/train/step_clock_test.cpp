@@ -10,5 +10,7 @@ TEST(StepClock, ResumedRunTimesOnlyItsOwnSteps) { testing::check_resumed_clock(D
 
 TEST(StepClock, ALongRunKeepsEveryStep) { testing::check_long_run(Device::cpu()); }
 
+TEST(StepClock, AResumedLongRunKeepsEveryStep) { testing::check_long_run(Device::cpu(), 100); }
+
 }  // namespace
 }  // namespace vitddp

@@ -24,6 +24,7 @@
 #include "framework/core/scalar_types.h"
 #include "models/vit/vit_config.h"
 #include "train/config.h"
+#include "train/device_choice.h"
 #include "train/exit_codes.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/device.h"
@@ -409,12 +410,13 @@ BenchPlan make_plan(const BenchFlags& f) {
   return plan;
 }
 
-void check_gpus(int wanted, int local_rank) {
+void check_gpus(int wanted, int index) {
   VITDDP_CHECK(VITDDP_WITH_CUDA, "--gpus needs the CUDA backend, and this build has none; --procs N all-reduces over Gloo "
                "on the CPU");
   VITDDP_CHECK(has_nccl_backend(), "--gpus all-reduces over NCCL, and this build has none (nccl.h and libnccl were not found)");
   const int visible = visible_gpu_count();
-  VITDDP_CHECK(wanted <= visible && local_rank < visible, "--gpus ", wanted, " asked for but ", visible,
+  VITDDP_CHECK(wanted <= visible, "--gpus ", wanted, " asked for but ", visible, " GPU(s) visible");
+  VITDDP_CHECK(index < visible, "this rank's GPU is cuda:", index, " (its local rank), but ", visible,
                " GPU(s) visible");
 }
 
@@ -522,11 +524,14 @@ int run_bench_allreduce(int argc, char** argv) {
   Device device = Device::cpu();
   std::unique_ptr<ProcessGroup> group;
   if (on_gpu) {
-    check_gpus(std::max(flags.gpus, 1), env.local_rank);
+    // --gpus: the GPU of the local rank, as train; without it, as train picks (Note [One GPU per rank]).
+    const int index = flags.gpus > 0 ? env.local_rank
+                                     : rank_gpu(env, visible_gpu_count(), describe_visible_gpus);
+    check_gpus(std::max(flags.gpus, 1), index);
 #if VITDDP_WITH_CUDA
-    cuda::set_device(env.local_rank);
+    cuda::set_device(index);
 #endif
-    device = Device::cuda(env.local_rank);
+    device = Device::cuda(index);
     group = make_nccl_process_group(options);
   } else {
     group = make_gloo_process_group(options);
