@@ -33,6 +33,10 @@
 #include "train/cpu_binding.h"
 #include "train/dataset_factory.h"
 #include "train/device_choice.h"
+#include "train/device_setup.h"
+#include "train/fault_injection.h"
+#include "train/op_breakdown.h"
+#include "train/stop_signal.h"
 #include "train/ddp_wiring.h"
 #include "train/step_clock.h"
 #include "train/step_tracer.h"
@@ -120,182 +124,13 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   return j;
 }
 
-namespace {
-
-// --sm-carveout for a scope (the backward pass, while buckets are all-reduced beside it).
-class GemmSmCarveout {
- public:
-  GemmSmCarveout(Device device, int64_t sms) : active_(device.is_cuda() && sms > 0) {
-#if VITDDP_WITH_CUDA
-    if (active_) cuda::set_gemm_sm_carveout(static_cast<int>(sms));
-#else
-    (void)sms;
-#endif
-  }
-  ~GemmSmCarveout() {
-#if VITDDP_WITH_CUDA
-    if (active_) cuda::set_gemm_sm_carveout(0);
-#endif
-  }
-  GemmSmCarveout(const GemmSmCarveout&) = delete;
-  GemmSmCarveout& operator=(const GemmSmCarveout&) = delete;
-
- private:
-  bool active_;
-};
-
-#if VITDDP_WITH_CUDA
-// --gemm-cache-dir, or the user's cache folder; "" (with a note) when none can be made, and
-// then each run chooses its GEMM algorithms afresh.
-std::string gemm_cache_dir(const TrainConfig& config) {
-  std::string dir = config.gemm_cache_dir;
-  if (dir.empty()) {
-    const char* xdg = std::getenv("XDG_CACHE_HOME");
-    const char* home = std::getenv("HOME");
-    if (xdg && *xdg) dir = std::string(xdg) + "/vitddp";
-    else if (home && *home) dir = std::string(home) + "/.cache/vitddp";
-    else return "";
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    std::cerr << ("note: cannot make the GEMM algorithm cache folder " + dir + ": " + ec.message() +
-                  "; GEMM algorithms are chosen afresh in this run\n")
-              << std::flush;  // one write: every rank may say it at once
-    return "";
-  }
-  return dir;
-}
-#endif
-
-void configure_device(const Device& device, const TrainConfig& config) {
-  if (device.is_cpu()) {
-    VITDDP_CHECK(config.precision == "fp32", "--precision ", config.precision,
-                 " needs a GPU; the CPU backend trains in fp32");
-    return;
-  }
-#if VITDDP_WITH_CUDA
-  cuda::set_device(device.index);
-  cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
-  cuda::set_gemm_candidates(static_cast<int>(config.gemm_candidates));
-  cuda::set_concurrent_weight_grads(config.concurrent_wgrad);
-  cuda::set_launch_window(static_cast<int>(config.launch_window));
-  cuda::set_gemm_autotune(config.gemm_autotune, config.gemm_autotune ? gemm_cache_dir(config) : "");
-#endif
-}
-
-// Two more (untimed) steps after the timed ones: one plain, from an idle GPU, timing the host
-// against the GPU; one with the op profiler on. Prints both; returns time per op type. The run
-// refused --op-breakdown off the GPU before its first step.
-// `after_step()` runs after each of the two, once the GPU has finished it.
-template <typename StepFn, typename AfterFn>
-nlohmann::json op_breakdown(StepFn&& step, AfterFn&& after_step, const ProcessGroup* group, std::ostream& out) {
-  nlohmann::json rows = nlohmann::json::array();
-#if VITDDP_WITH_CUDA
-  // First a plain step from an idle GPU: how long the host takes to issue one step's work
-  // against when the GPU finishes it. Issuing well within the step means the GPU is the limit
-  // (the host runs ahead and launch gaps hide); close to it, the host may be (or it waited for
-  // a full launch queue).
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const ProcessGroup::IssueStats before = group ? group->issue_stats() : ProcessGroup::IssueStats{};
-  const auto start = std::chrono::steady_clock::now();
-  Tensor loss = step();
-  const double issued_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  loss.item();
-  after_step();
-  const double finished_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  out << "host against GPU: one step issued in " << std::setprecision(4) << issued_ms << " ms, finished "
-      << finished_ms << " ms after the start (issue/finish " << std::setprecision(2) << issued_ms / finished_ms
-      << ")\n";
-  if (group) {  // how much of the issue time went to handing collectives to the backend
-    const ProcessGroup::IssueStats after = group->issue_stats();
-    const int64_t n = after.collectives - before.collectives;
-    const double ms = 1e3 * (after.seconds - before.seconds);
-    if (n > 0)
-      out << "  of which issuing " << n << " collective(s) (" << group->backend() << "): " << std::setprecision(4) << ms
-          << " ms, " << std::setprecision(3) << 1e3 * ms / n << " us each\n";
-  }
-  cuda::OpProfiler& profiler = cuda::OpProfiler::instance();
-  profiler.set_enabled(true);
-  step().item();
-  profiler.set_enabled(false);
-  after_step();
-  std::vector<cuda::OpProfiler::Entry> entries = profiler.collect();
-  double total = 0;
-  for (const auto& e : entries) total += e.ms;
-  out << "op breakdown of one step (GPU time per op type, CUDA events; " << std::setprecision(4) << total
-      << " ms in ops):\n";
-  for (const auto& e : entries) {
-    out << "  " << std::left << std::setw(44) << e.name << std::right << std::setw(9) << std::fixed
-        << std::setprecision(3) << e.ms << " ms " << std::setw(6) << e.calls << " calls " << std::setw(6)
-        << std::setprecision(1) << 100.0 * e.ms / total << "%\n"
-        << std::defaultfloat;
-    rows.push_back({{"op", e.name}, {"ms", e.ms}, {"calls", e.calls}});
-  }
-#else
-  (void)step;
-  (void)after_step;
-  (void)group;
-  (void)out;
-#endif
-  return rows;
-}
-
-// Test hook for fault handling: VITDDP_FAULT="RANK:STEP:exit" makes that rank exit with
-// status 7 at the start of that step; "RANK:STEP:kill" kills it with SIGKILL there;
-// "RANK:STEP:hang" makes it sleep there forever;
-// "RANK:STEP:nan" makes its loss (so its gradients) NaN in that step. Returns true for "nan".
-bool inject_fault(int rank, int64_t step) {
-  static const char* spec = std::getenv("VITDDP_FAULT");
-  if (!spec) return false;
-  int fault_rank = -1;
-  long long fault_step = -1;
-  char kind[16] = {};
-  if (std::sscanf(spec, "%d:%lld:%15s", &fault_rank, &fault_step, kind) != 3) return false;
-  if (fault_rank != rank || fault_step != step) return false;
-  if (std::string(kind) == "nan") return true;
-  if (std::string(kind) == "exit") {
-    std::fprintf(stderr, "train: rank %d: VITDDP_FAULT: exiting at step %lld\n", rank, fault_step);
-    std::_Exit(7);
-  }
-  if (std::string(kind) == "kill") std::raise(SIGKILL);
-  if (std::string(kind) == "hang")
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  return false;
-}
-
-// SIGINT/SIGTERM: finish the current step, save, stop. See Note [Stopping on a signal].
-std::atomic<int> g_stop_signal{0};
-void request_stop(int sig) { g_stop_signal.store(sig); }
-
-// Installs request_stop for SIGINT and SIGTERM for one run, from a clear flag, and puts the
-// previous handlers back when the run ends, however it ends.
-class StopSignalScope {
- public:
-  StopSignalScope() {
-    g_stop_signal.store(0);
-    struct sigaction on_signal {};
-    on_signal.sa_handler = request_stop;
-    sigemptyset(&on_signal.sa_mask);
-    sigaction(SIGINT, &on_signal, &old_int_);
-    sigaction(SIGTERM, &on_signal, &old_term_);
-  }
-  ~StopSignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  StopSignalScope(const StopSignalScope&) = delete;
-  StopSignalScope& operator=(const StopSignalScope&) = delete;
-
- private:
-  struct sigaction old_int_ {}, old_term_{};
-};
-
 // Note [Stopping on a signal]
 // A signal reaches the ranks at slightly different moments, but they must stop after the same
 // step, or one would wait forever in a collective. So each step all-reduces a "stop" flag, and
 // the decision uses the reduced flag of the *previous* step, which every rank reads the same
 // (on the GPU it arrives without a wait, with the step's loss).
+
+namespace {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -449,11 +284,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     overlapped = std::make_unique<OverlappedUpdate>(*ddp.reducer, *optimizer, arena, model);
     nonfinite_done = nonfinite.flag().clone();
   }
-  // Summed over ranks each step (DDP only; one process reads g_stop_signal directly).
+  // Summed over ranks each step (DDP only; one process reads stop_signal() directly).
   Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
   std::shared_ptr<Work> stop_work;  // the step's stop-flag all-reduce, waited for when the step ends
   auto reduce_stop_flag = [&] {
-    stop_flag.fill_(g_stop_signal.load() != 0 ? 1.0 : 0.0);
+    stop_flag.fill_(stop_signal() != 0 ? 1.0 : 0.0);
     stop_work = ddp.group->allreduce(stop_flag, ReduceOp::kSum);
   };
   auto wait_stop_flag = [&] {
@@ -658,7 +493,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       told_rebuild = true;
     }
     const bool stopping = ddp.group ? step > start_step && clock->stop_requested(step - 1)
-                                    : g_stop_signal.load() != 0;
+                                    : stop_signal() != 0;
     if (!config.checkpoint_dir.empty() &&
         (stopping || (config.checkpoint_every > 0 && (step + 1) % config.checkpoint_every == 0))) {
       // This step first: a non-finite one stops the run under --nonfinite stop before anything
@@ -676,7 +511,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   finish_trace();
   if (overlapped) overlapped->flush();  // the last step's updates, before the weights are read or saved
   if (stopped_after >= 0) {
-    out << "stopped by signal " << g_stop_signal.load() << " after step " << stopped_after + 1
+    out << "stopped by signal " << stop_signal() << " after step " << stopped_after + 1
         << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "")
         << (config.save.empty() ? "" : "; --save " + config.save + " not written (the run did not finish)") << "\n";
     result.steps = stopped_after + 1 - start_step;
