@@ -1,7 +1,5 @@
 #include "train/stop_signal.h"
 
-#include <atomic>
-
 namespace vitddp {
 namespace {
 
@@ -11,6 +9,8 @@ void request_stop(int sig) { g_stop_signal.store(sig); }
 }  // namespace
 
 int stop_signal() { return g_stop_signal.load(); }
+
+const std::atomic<int>& stop_signal_flag() { return g_stop_signal; }
 
 StopSignalScope::StopSignalScope() {
   g_stop_signal.store(0);

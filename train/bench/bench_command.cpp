@@ -6,10 +6,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -24,6 +22,7 @@
 #include "train/bench/sweep.h"
 #include "train/bench/table.h"
 #include "train/config.h"
+#include "train/stop_signal.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/device.h"
 #endif
@@ -234,9 +233,6 @@ Outcome median_launch(std::vector<Outcome> launches) {
   return median;
 }
 
-std::atomic<int> g_stop{0};
-void on_stop_signal(int sig) { g_stop.store(sig); }
-
 // Note [Speedups beside the reference]
 // Every system is measured against its own baseline row: our rows against our "baseline" run,
 // the pytorch rows against the reference's run of the same configuration. Speedup and scaling
@@ -318,18 +314,14 @@ int run_sweep(const SweepOptions& opt) {
   }
 
   // 2. The runs, one at a time; SIGINT/SIGTERM stop the current one and end the sweep.
-  struct sigaction stop_action {}, old_int{}, old_term{};
-  stop_action.sa_handler = on_stop_signal;
-  sigemptyset(&stop_action.sa_mask);
-  sigaction(SIGINT, &stop_action, &old_int);
-  sigaction(SIGTERM, &stop_action, &old_term);
+  std::optional<StopSignalScope> stop_signals(std::in_place);
   // See Note [Repeated launches]: round by round, every configuration once per round.
   std::vector<std::vector<Outcome>> our_launches(n), their_launches(n);
   bool used_gpu = false;
   std::string torch_version;
-  for (int launch = 0; launch < opt.repeat && g_stop.load() == 0; ++launch) {
+  for (int launch = 0; launch < opt.repeat && stop_signal() == 0; ++launch) {
     const std::string round = opt.repeat > 1 ? "round " + std::to_string(launch + 1) + "/" + std::to_string(opt.repeat) + " " : "";
-    for (size_t i = 0; i < n && g_stop.load() == 0; ++i) {
+    for (size_t i = 0; i < n && stop_signal() == 0; ++i) {
       const SweepRun& run = sweep.runs[i];
       const std::string prefix = run_prefix(i, launch);
       ChildOptions child;
@@ -337,7 +329,7 @@ int run_sweep(const SweepOptions& opt) {
       child.env = run.env;
       child.stderr_path = prefix + ".log";
       child.time_limit = limit;
-      child.stop_request = &g_stop;
+      child.stop_request = &stop_signal_flag();
       std::cerr << round << numbered(i) << run.label << " ... " << std::flush;
       ChildResult r = run_child(child);
       Outcome o = outcome_of(run.label, run.workers(), r, opt.run_timeout);
@@ -345,7 +337,7 @@ int run_sweep(const SweepOptions& opt) {
       used_gpu = used_gpu || (o.result.is_object() && o.result.value("device", std::string()).rfind("cuda", 0) == 0);
       our_launches[i].push_back(o);
 
-      if (!with_reference || g_stop.load() != 0) continue;
+      if (!with_reference || stop_signal() != 0) continue;
       ReferenceCommand ref = reference_command(run, defaults, opt.reference);
       if (ref.argv.empty()) {
         if (launch == 0) std::cerr << "      pytorch: no counterpart (" << ref.no_counterpart << ")\n";
@@ -376,9 +368,8 @@ int run_sweep(const SweepOptions& opt) {
       theirs.back() = other.row;
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  const int stopped_by = g_stop.exchange(0);
+  const int stopped_by = stop_signal();
+  stop_signals.reset();  // the previous handlers back
 
   // 3. The table: see Note [Speedups beside the reference].
   const size_t b = sweep.baseline;
