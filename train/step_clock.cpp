@@ -73,7 +73,6 @@ class CudaEventClock final : public StepClock {
         host_losses_(Tensor::empty_with({kRing}, DType::kF32, cuda::pinned_host_allocator())),
         host_flags_(Tensor::empty_with({kRing}, DType::kI64, cuda::pinned_host_allocator())),
         host_stops_(Tensor::empty_with({kRing}, DType::kF32, cuda::pinned_host_allocator())),
-        read_through_(first - 1),
         ended_through_(first - 1) {
     for (int64_t i = 0; i < kRing; ++i) events_.push_back(cuda::Event::create(/*timing=*/true));
     event(first).record(cuda::current_stream());  // the start of step `first`
@@ -126,9 +125,10 @@ class CudaEventClock final : public StepClock {
   // A step already ended, from the host vectors or, not read yet, from its slots.
   StepRecord read(int64_t step) {
     VITDDP_ASSERT(step >= first_ && step <= ended_through_, "StepClock: step ", step, " was not ended");
-    if (step <= read_through_) return records_[step - first_];
+    if (step <= read_through()) return records_[step - first_];
     return from_slots(step);
   }
+  int64_t read_through() const { return first_ + static_cast<int64_t>(records_.size()) - 1; }
   StepRecord from_slots(int64_t step) {
     event(step + 1).synchronize();
     const int64_t slot = step % kRing;
@@ -140,10 +140,7 @@ class CudaEventClock final : public StepClock {
     return r;
   }
   void read_steps_through(int64_t last) {
-    for (int64_t s = read_through_ + 1; s <= std::min(last, ended_through_); ++s) {
-      records_.push_back(from_slots(s));
-      read_through_ = s;
-    }
+    for (int64_t s = read_through() + 1; s <= std::min(last, ended_through_); ++s) records_.push_back(from_slots(s));
   }
 
   int64_t first_;
@@ -151,8 +148,7 @@ class CudaEventClock final : public StepClock {
   Tensor host_losses_;               // (kRing) f32, pinned: slot step % kRing
   Tensor host_flags_;                // (kRing) i64, pinned
   Tensor host_stops_;                // (kRing) f32, pinned
-  std::vector<StepRecord> records_;  // steps [first_, read_through_], read from their slots
-  int64_t read_through_;
+  std::vector<StepRecord> records_;  // steps [first_, read_through()], read from their slots
   int64_t ended_through_;
 };
 #endif

@@ -2,14 +2,8 @@
 
 #include <algorithm>
 #include <iostream>
-#include <atomic>
 #include <optional>
-#include <chrono>
-#include <csignal>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <thread>
 #include <cmath>
 #include <iomanip>
 #include <ostream>
@@ -44,12 +38,8 @@
 #include "train/trace_summary.h"
 #include "models/vit/vit.h"
 #if VITDDP_WITH_CUDA
-#include "framework/cuda/check.h"
-#include "framework/cuda/context.h"
 #include "framework/cuda/device.h"
-#include "framework/cuda/op_profiler.h"
 #include "framework/cuda/profiler.h"
-#include "framework/cuda/stream.h"
 #endif
 
 namespace vitddp {

@@ -201,12 +201,6 @@ TEST(BenchSweep, ARunPastItsTimeLimitIsStoppedAndFailed) {
   EXPECT_TRUE(fs::exists(out + "/slow.svg"));
 }
 
-}  // namespace
-}  // namespace vitddp
-
-namespace vitddp {
-namespace {
-
 // --repeat N: every configuration launched N times (each launch's log kept), the row being its
 // median launch, every launch's steps/s beside it; a failed launch fails its row; a bad count is
 // one line and exit 2 before anything runs.
