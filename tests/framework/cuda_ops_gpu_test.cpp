@@ -220,8 +220,13 @@ TEST_P(CudaOps, AddLayerNormRunsOneKernelAndItsBackwardSumsTheSkip) {
     profiler.set_enabled(true);
     const AddLayerNorm r = add_layer_norm(a, b, w, bias, 1e-6);
     if (backward) {
-      Tensor normed = sum(r.normed);  // apart: argument order is unspecified
-      sum(add(normed, sum(r.sum))).backward();
+      // The skip's gradient must be contiguous to be summed in the kernel (sum's is a broadcast
+      // view, which the engine adds apart): a product with a constant gives a dense one, as the
+      // model's next block does. Made after the normed branch, so that it arrives first.
+      Tensor scale_by = input({4, 25, d}, gen_, false).to(dt).to(g);
+      Tensor normed = sum(r.normed);
+      Tensor skip = sum(mul(r.sum, scale_by));
+      sum(add(normed, skip)).backward();
     }
     std::map<std::string, int> calls;
     for (const cuda::OpProfiler::Entry& e : profiler.collect()) calls[e.name] = e.calls;

@@ -44,7 +44,8 @@ TEST(CommReportsGpu, AllreduceBenchOverTwoGpus) {
 
 // Small collectives are not slowed by the host: enqueueing on the non-blocking communicator
 // once slept 200 us per call, and a 1 MiB all-reduce over NVLink timed 320 us (NCCL itself
-// takes tens of microseconds).
+// takes tens of microseconds). Since the fix it timed 153 us (5f67f0b) and 152 (the
+// a67307f call), passing under 150 in the calls between: the bound sits between the two, 250 us.
 TEST(CommReportsGpu, SmallAllreduceIsNotHostBound) {
   REQUIRE_TWO_GPUS();
   testing::TrainOutcome o = testing::run_train(
@@ -53,7 +54,7 @@ TEST(CommReportsGpu, SmallAllreduceIsNotHostBound) {
   const size_t at = o.out.find("{\"");
   ASSERT_NE(at, std::string::npos) << o.out;
   nlohmann::json j = nlohmann::json::parse(o.out.substr(at, o.out.find('\n', at) - at));
-  EXPECT_LT(j["time_us"].get<double>(), 150.0) << o.out;
+  EXPECT_LT(j["time_us"].get<double>(), 250.0) << o.out;
 }
 
 TEST(CommReportsGpu, AllreduceBenchBf16Json) {
