@@ -59,6 +59,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "DDP: the step ends when backward is issued; each bucket's optimizer update is applied when the next "
        "forward first uses its parameters, after its all-reduce only, so communication runs on beside the next "
        "forward (weights bit-identical to the plain update at --sm-carveout 0; needs --nonfinite stop)"},
+      {"cuda-graph", &c.cuda_graph,
+       "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
+       "captured from that step (the optimizer runs after it), so the host issues a step in a few launches; a "
+       "setting the graph cannot replay says why at start and every step runs eagerly"},
       {"ready-order-share", &c.ready_order_share,
        "DDP: share of the gradient bytes all-reduced in the order backward makes them ready; the remaining buckets "
        "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "
@@ -257,6 +261,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!op_breakdown || (procs == 0 && device != "cpu"),
                "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
+  VITDDP_CHECK(!cuda_graph || (procs == 0 && device != "cpu"),
+               "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
   VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
   VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,

@@ -29,6 +29,7 @@
 #include "train/device_choice.h"
 #include "train/device_setup.h"
 #include "train/fault_injection.h"
+#include "train/graphed_step.h"
 #include "train/op_breakdown.h"
 #include "train/stop_signal.h"
 #include "train/ddp_wiring.h"
@@ -142,6 +143,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   configure_device(device, config);
   // Before any step, not after the run it would time.
   VITDDP_CHECK(!config.op_breakdown || device.is_cuda(), "--op-breakdown times CUDA kernels: it needs a GPU");
+  VITDDP_CHECK(!config.cuda_graph || device.is_cuda(), "--cuda-graph replays CUDA work: it needs a GPU, not ", run.device);
   const int world = std::max(1, env.world_size);
 
   VisionTransformer model(run.model, config.seed);
@@ -347,10 +349,64 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   auto report_through = [&](int64_t s) {
     for (; reported_through < s; ++reported_through) report(reported_through + 1);
   };
-  // One optimizer step: `accumulate` micro-batches, of which only the last communicates.
+  // One micro-batch's forward and backward; DDP reduces the gradients when `sync`.
   bool poison_loss = false;  // VITDDP_FAULT ...:nan
+  auto forward_backward = [&](const Tensor& images, const Tensor& labels, bool sync, int64_t micro) {
+    TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
+    // With --update-in-forward the last buckets' all-reduce runs beside the forward too.
+    std::optional<GemmSmCarveout> forward_carveout;
+    if (overlapped) forward_carveout.emplace(device, config.sm_carveout);
+    Tensor logits = model.forward(images.to(compute_dtype));
+    forward_carveout.reset();
+    // The loss runs in f32 whatever the compute dtype, as autocast does.
+    Tensor loss = cross_entropy(cast(logits, DType::kF32), labels);
+    forward_range.end();
+    if (overlapped) {
+      overlapped->flush();  // parameters the forward did not use, before backward rewrites their gradients
+      if (micro == 0) nonfinite_done.copy_(nonfinite.flag());  // the last step's updates have all run
+      // The stop request goes before this step's buckets on the communication stream, so that
+      // waiting for it at the end of the step does not wait for them (Note [Stopping on a signal]).
+      if (sync && ddp.group) reduce_stop_flag();
+    }
+    if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
+    if (poison_loss) loss = scale(loss, std::nan(""));
+    if (ddp.reducer) {
+      ddp.reducer->set_sync(sync);
+      ddp.reducer->prepare_for_backward();
+    }
+    {
+      // The NVTX range covers the whole backward, the reducer's wait for the last buckets
+      // included; the traced compute interval ends when backward's kernels are issued, so that
+      // time the compute stream spends waiting for communication counts as exposed.
+      TracedPhase phase(tracing, kTraceBackward, NvtxColor::kBackward);
+      {
+        // Communication runs beside backward (and, with --update-in-forward, the next forward).
+        GemmSmCarveout carveout(device, ddp.reducer && sync ? config.sm_carveout : 0);
+        loss.backward();
+      }
+      arena.zero_stale_grads();  // parameters no gradient reached (usually none)
+      phase.end_gpu();
+      if (overlapped) {
+        if (sync) overlapped->after_backward();
+      } else if (ddp.reducer) {
+        ddp.reducer->finalize();
+      }
+    }
+    return loss.detach();
+  };
+  // --cuda-graph (Note [A step as a CUDA graph]): null when off or not possible for this run.
+  std::unique_ptr<GraphedStep> graphed;
+  if (config.cuda_graph) {
+    const std::string why = cuda_graph_unsupported(config, total - std::min(start_step, total));
+    if (why.empty())
+      graphed = std::make_unique<GraphedStep>(start_step + kEagerStepsBeforeGraph, ddp.group.get());
+    else
+      out << "cuda graph: off, every step runs eagerly: " << why << "\n";
+  }
+  // One optimizer step (`step`: its index, -1 for --op-breakdown's extra ones): `accumulate`
+  // micro-batches, of which only the last communicates.
   int64_t step_images = 0;   // this rank's images in the last train_step (a file's last batch may be short)
-  auto train_step = [&] {
+  auto train_step = [&](int64_t step) {
     arena.mark_grads_stale();  // not zeroed: overwritten by the first gradient (Note [Gradients in place])
     step_images = 0;
     Tensor step_loss;
@@ -362,47 +418,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         batch = batches->next();
       }
       step_images += batch.images.shape()[0];
-      TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
-      // With --update-in-forward the last buckets' all-reduce runs beside the forward too.
-      std::optional<GemmSmCarveout> forward_carveout;
-      if (overlapped) forward_carveout.emplace(device, config.sm_carveout);
-      Tensor logits = model.forward(batch.images.to(compute_dtype));
-      forward_carveout.reset();
-      // The loss runs in f32 whatever the compute dtype, as autocast does.
-      Tensor loss = cross_entropy(cast(logits, DType::kF32), batch.labels);
-      forward_range.end();
-      if (overlapped) {
-        overlapped->flush();  // parameters the forward did not use, before backward rewrites their gradients
-        if (micro == 0) nonfinite_done.copy_(nonfinite.flag());  // the last step's updates have all run
-        // The stop request goes before this step's buckets on the communication stream, so that
-        // waiting for it at the end of the step does not wait for them (Note [Stopping on a signal]).
-        if (sync && ddp.group) reduce_stop_flag();
+      Tensor loss;
+      if (graphed && !poison_loss && graphed->takes(step, batch.images, batch.labels)) {
+        loss = graphed->run(step, batch.images, batch.labels,
+                            [&](const Tensor& images, const Tensor& labels) {
+                              return forward_backward(images, labels, /*sync=*/true, /*micro=*/0);
+                            },
+                            out);
+      } else {
+        loss = forward_backward(batch.images, batch.labels, sync, micro);
       }
-      if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
-      if (poison_loss) loss = scale(loss, std::nan(""));
-      if (ddp.reducer) {
-        ddp.reducer->set_sync(sync);
-        ddp.reducer->prepare_for_backward();
-      }
-      {
-        // The NVTX range covers the whole backward, the reducer's wait for the last buckets
-        // included; the traced compute interval ends when backward's kernels are issued, so that
-        // time the compute stream spends waiting for communication counts as exposed.
-        TracedPhase phase(tracing, kTraceBackward, NvtxColor::kBackward);
-        {
-          // Communication runs beside backward (and, with --update-in-forward, the next forward).
-          GemmSmCarveout carveout(device, ddp.reducer && sync ? config.sm_carveout : 0);
-          loss.backward();
-        }
-        arena.zero_stale_grads();  // parameters no gradient reached (usually none)
-        phase.end_gpu();
-        if (overlapped) {
-          if (sync) overlapped->after_backward();
-        } else if (ddp.reducer) {
-          ddp.reducer->finalize();
-        }
-      }
-      step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
+      step_loss = step_loss.defined() ? add(step_loss, loss) : loss;
     }
     if (overlapped) return step_loss;  // the update runs in the next forward
     TracedPhase phase(tracing, "optimizer step", NvtxColor::kOptimizer);
@@ -460,7 +486,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     if (tracing) tracing->begin_step(step);
     TracedRange step_range(tracing ? &tracing->recorder() : nullptr, nvtx_step_name(step + 1), NvtxColor::kStep,
                            env.rank, step);
-    Tensor loss = train_step();
+    Tensor loss = train_step(step);
     if (step >= timed_first) timed_images += step_images;
     step_range.end();
     if (tracing) tracing->end_step();
@@ -498,6 +524,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   const int64_t last_step = stopped_after >= 0 ? stopped_after : total - 1;
   report_through(last_step);
+  if (graphed) out << "cuda graph: " << graphed->replays() << " step(s) replayed after the captured one\n";
   finish_trace();
   if (overlapped) overlapped->flush();  // the last step's updates, before the weights are read or saved
   if (stopped_after >= 0) {
@@ -527,7 +554,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                     ErrorKind::kNumeric);
     };
     auto whole_step = [&] {  // with its updates applied, so that its flag can be read
-      Tensor loss = train_step();
+      Tensor loss = train_step(-1);
       if (overlapped) overlapped->flush();
       wait_stop_flag();  // issued before its backward (not read: the run is ending)
       return loss;

@@ -424,8 +424,18 @@ namespace {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<ProcessGroupNccl::Shared> shared, std::shared_ptr<cuda::Event> done,
-           std::chrono::milliseconds timeout, uint64_t seq)
-      : shared_(std::move(shared)), done_(std::move(done)), timeout_(timeout), seq_(seq) {}
+           std::chrono::milliseconds timeout, uint64_t seq, std::vector<Tensor> captured_keep = {})
+      : shared_(std::move(shared)), done_(std::move(done)), timeout_(timeout), seq_(seq),
+        captured_keep_(std::move(captured_keep)) {}
+  // A captured collective's tensors are freed in the graph after it: the current stream, still
+  // capturing, waits for the collective first (Note [Collectives in a CUDA graph]).
+  ~NcclWork() override {
+    if (captured_keep_.empty()) return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cudaStream_t stream = cuda::current_stream();
+    if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusActive)
+      CUDA_WARN(cudaStreamWaitEvent(stream, done_->get(), 0));
+  }
 
   void wait() override {
     {
@@ -453,6 +463,7 @@ class NcclWork final : public Work {
   std::shared_ptr<cuda::Event> done_;
   std::chrono::milliseconds timeout_;
   uint64_t seq_;
+  std::vector<Tensor> captured_keep_;  // a captured collective's tensors (in_flight keeps the others')
 };
 
 }  // namespace
@@ -614,9 +625,12 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   shared_->finish_pending(timeout_);  // the previous collective, if NCCL was still taking it
   shared_->release_finished();
   const uint64_t seq = next_seq_++;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(), &capture));
   ready_.record(cuda::current_stream());
   ready_.block(comm_stream_.get());
   ncclComm_t comm = shared_->comm.get();
+  if (capture == cudaStreamCaptureStatusActive) return launch_captured(what, std::move(keep), call, seq, issue_start);
   // Made before the call: nothing that can throw may come between an ncclInProgress answer and
   // the collective's becoming pending (the next call must finish it first).
   auto done = std::make_shared<cuda::Event>(cuda::Event::create());
@@ -628,6 +642,39 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   ++issued_.collectives;
   issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
   return std::make_shared<NcclWork>(shared_, done, timeout_, seq);
+}
+
+// Note [Collectives in a CUDA graph]
+// A collective issued while the caller's stream is being captured (train/graphed_step.h) is
+// recorded into the graph on the comm stream, which joins the capture through the ready event.
+// Its events are capture nodes that no thread may query, so it never enters in_flight and the
+// watchdog never looks at it; the replays are watched instead (watch_current_stream()). NCCL
+// must have put its kernel on the stream before the capture goes on, so a non-blocking
+// communicator's ncclInProgress is waited for here, not later. The Work keeps the tensors and,
+// dropped while the capture runs, makes the capturing stream wait for the collective first, so
+// that their frees come after it in the graph.
+std::shared_ptr<Work> ProcessGroupNccl::launch_captured(const std::string& what, std::vector<Tensor> keep,
+                                                        const NcclCall& call, uint64_t seq,
+                                                        Clock::time_point issue_start) {
+  auto done = std::make_shared<cuda::Event>(cuda::Event::create());
+  ncclResult_t result = call(shared_->comm.get(), comm_stream_.get());
+  if (result == ncclInProgress) result = wait_for_nccl(shared_->comm.get(), timeout_);
+  if (result == ncclInProgress) shared_->fail_enqueue_timeout(seq, what, timeout_);
+  if (result != ncclSuccess) shared_->fail_call(seq, what, result);
+  done->record(comm_stream_.get());
+  ++issued_.collectives;
+  issued_.seconds += std::chrono::duration<double>(Clock::now() - issue_start).count();
+  return std::make_shared<NcclWork>(shared_, done, timeout_, seq, std::move(keep));
+}
+
+void ProcessGroupNccl::watch_current_stream(const std::string& what) {
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  shared_->check(timeout_);
+  shared_->finish_pending(timeout_);
+  shared_->release_finished();
+  auto done = std::make_shared<cuda::Event>(cuda::Event::create());
+  done->record(cuda::current_stream());
+  shared_->in_flight.push_back({next_seq_++, what, Clock::now(), done, {}});
 }
 
 void ProcessGroupNccl::finish_enqueue() {

@@ -112,6 +112,10 @@ class ProcessGroupNccl final : public ProcessGroup {
   // in the .cpp: NCCL may still be putting the last one there).
   cudaStream_t comm_stream() const { return comm_stream_.get(); }
   void finish_enqueue();
+  // Holds the work enqueued so far on the caller's current stream (a replayed CUDA graph with
+  // collectives inside, Note [Collectives in a CUDA graph]) to the group's timeout like a
+  // collective named `what`: the watchdog aborts the communicator if it has not finished in time.
+  void watch_current_stream(const std::string& what);
 
   struct Shared;  // state shared with the Work handles and the watchdog (defined in the .cpp)
 
@@ -119,6 +123,9 @@ class ProcessGroupNccl final : public ProcessGroup {
   using NcclCall = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
   // The stream handshake around one NCCL call; `keep` stays alive until the collective is done.
   std::shared_ptr<Work> launch(const std::string& what, std::vector<Tensor> keep, const NcclCall& call);
+  using Clock = std::chrono::steady_clock;
+  std::shared_ptr<Work> launch_captured(const std::string& what, std::vector<Tensor> keep, const NcclCall& call,
+                                        uint64_t seq, Clock::time_point issue_start);
   void check_tensor_arg(const Tensor& t, const char* op, bool allow_int) const;
   void watchdog_loop();
 

@@ -14,6 +14,19 @@
 namespace vitddp::cuda {
 namespace {
 
+// Note [Allocations under capture]
+// A CUDA graph captured from the training step (train/graphed_step.h) allocates and frees as the
+// step did: cudaMallocAsync and cudaFreeAsync on a capturing stream become the graph's own
+// allocation and free nodes, replayed at the same addresses. Two things would break a replay:
+// - a free, inside the capture, of memory made before it (a tensor of an earlier eager step
+//   released by the step's host code): the graph would free that block on its first replay and
+//   again on the next. Such frees are held in the ledger instead, and done once the graph is
+//   destroyed (the graph may read the block on every replay, so never earlier);
+// - memory made in the capture and still alive at its end: a graph cannot be launched again
+//   while an allocation of its last launch is alive. The ledger's `made` names them, so the
+//   capture can refuse with a clear error.
+thread_local CaptureLedger* t_ledger = nullptr;
+
 // Note [Device allocator]
 // Device memory comes from CUDA's stream-ordered allocator (cudaMallocAsync) on the device's
 // default memory pool, whose release threshold we raise to "never": freed blocks stay in the
@@ -52,6 +65,10 @@ class AsyncPoolAllocator final : public Allocator {
                   " bytes (" + std::to_string(current_[device].load()) + " bytes in use)");
     }
     CUDA_CHECK(err);
+    if (t_ledger) {
+      t_ledger->made.insert(ptr);
+      t_ledger->made_bytes += nbytes;
+    }
     size_t now = current_[device].fetch_add(nbytes) + nbytes;
     size_t peak = peak_[device].load();
     while (now > peak && !peak_[device].compare_exchange_weak(peak, now)) {
@@ -60,6 +77,17 @@ class AsyncPoolAllocator final : public Allocator {
   }
 
   void deallocate(void* ptr, size_t nbytes, int device) noexcept override {
+    if (t_ledger) {
+      if (t_ledger->made.erase(ptr) == 0) {
+        try {
+          t_ledger->held.push_back({ptr, nbytes, device});
+          return;  // freed by release_held_frees()
+        } catch (...) {
+          return;  // no memory to note it: leaked, never freed while the graph may read it
+        }
+      }
+      t_ledger->made_bytes -= nbytes;
+    }
     int previous = 0;
     CUDA_WARN(cudaGetDevice(&previous));
     if (previous != device) CUDA_WARN(cudaSetDevice(device));
@@ -102,6 +130,16 @@ class AsyncPoolAllocator final : public Allocator {
 Allocator& device_allocator() {
   static AsyncPoolAllocator allocator;
   return allocator;
+}
+
+void set_capture_ledger(CaptureLedger* ledger) { t_ledger = ledger; }
+
+void release_held_frees(CaptureLedger& ledger) noexcept {
+  CaptureLedger* const previous = t_ledger;
+  t_ledger = nullptr;  // these are real frees
+  for (const CaptureLedger::Held& h : ledger.held) device_allocator().deallocate(h.ptr, h.nbytes, h.device);
+  ledger.held.clear();
+  t_ledger = previous == &ledger ? nullptr : previous;
 }
 
 }  // namespace vitddp::cuda

@@ -78,6 +78,11 @@ TEST(TrainCli, GpusWithoutGpusIsAClearError) {
                         "one GPU (leave --device out)"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --device cuda", "cuda:0 asked for but 0 GPU(s) visible"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --procs 2 --op-breakdown", "--op-breakdown times CUDA kernels"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --procs 2 --cuda-graph",
+                        "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --cuda-graph", "--cuda-graph replays CUDA work: it needs a GPU, not cpu"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --device cpu --cuda-graph",
+                        "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu"));
   // Refused before training (one line on stderr, no progress lines on stdout).
   ProcessResult r = train(std::string(kTiny) + " --device cpu --op-breakdown");
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -1,0 +1,103 @@
+#include "framework/cuda/graph.h"
+
+#include <string>
+
+#include "framework/core/error.h"
+#include "framework/cuda/check.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+
+// Note [Capturing a step]
+// Stream capture in the thread-local mode: only this thread is held to capturable calls, so the
+// loader's copies, the NCCL watchdog's event queries and NCCL's own threads go on as usual. The
+// function runs its host code once, as an eager step would; what it enqueues is recorded, not
+// run, and a replay runs the same kernels on the same addresses with the same arguments. So
+// every value that changes from step to step must live in device memory the graph reads (the
+// batch, copied into fixed buffers before each replay), and nothing in the captured work may
+// wait for the host. Memory is kept apart by the allocator's ledger (Note [Allocations under
+// capture]). When the function throws, or the capture is invalidated (a synchronising call, a
+// stream left unjoined), the capture is ended and dropped, and the error says so.
+CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
+  cudaStream_t stream = current_stream();
+  CapturedGraph g;
+  g.ledger_ = std::make_unique<CaptureLedger>();
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  set_capture_ledger(g.ledger_.get());
+  auto abandon = [&] {
+    set_capture_ledger(nullptr);
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(stream, &partial) == cudaSuccess && partial) CUDA_WARN(cudaGraphDestroy(partial));
+    cudaGetLastError();  // the capture's error, reported by the caller's exception
+    // Nothing of the graph ever ran: the held frees are safe now. Blocks made in the capture
+    // were never really allocated and are dropped with it.
+    release_held_frees(*g.ledger_);
+  };
+  try {
+    enqueue();
+  } catch (const std::exception& e) {
+    abandon();
+    throw Error(std::string("capturing a CUDA graph failed: ") + e.what());
+  }
+  set_capture_ledger(nullptr);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &g.graph_);
+  if (ended != cudaSuccess) {
+    cudaGetLastError();
+    release_held_frees(*g.ledger_);
+    throw Error(std::string("capturing a CUDA graph failed: cudaStreamEndCapture: ") + cudaGetErrorString(ended) +
+                " (an operation that cannot be captured, or a stream that forked from the captured one and did "
+                "not join it again)");
+  }
+  if (!g.ledger_->made.empty()) {
+    const size_t count = g.ledger_->made.size(), bytes = g.ledger_->made_bytes;
+    g.reset();
+    throw Error("capturing a CUDA graph failed: " + std::to_string(count) + " block(s) of device memory (" +
+                std::to_string(bytes) + " bytes) made in the capture were still alive at its end; a graph is "
+                "replayed only when all it allocates is freed inside it");
+  }
+  CUDA_CHECK(cudaGraphGetNodes(g.graph_, nullptr, &g.nodes_));
+  CUDA_CHECK(cudaGraphInstantiate(&g.exec_, g.graph_, 0));
+  CUDA_CHECK(cudaGraphUpload(g.exec_, stream));
+  return g;
+}
+
+void CapturedGraph::launch(cudaStream_t stream) const {
+  VITDDP_CHECK(exec_ != nullptr, "CapturedGraph::launch: nothing captured");
+  CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
+
+void CapturedGraph::reset() noexcept {
+  if (exec_) CUDA_WARN(cudaGraphExecDestroy(exec_));
+  if (graph_) CUDA_WARN(cudaGraphDestroy(graph_));
+  exec_ = nullptr;
+  graph_ = nullptr;
+  nodes_ = 0;
+  // After the graph's last replay on the current stream: the frees are stream-ordered.
+  if (ledger_) release_held_frees(*ledger_);
+  ledger_.reset();
+}
+
+CapturedGraph::~CapturedGraph() { reset(); }
+
+CapturedGraph::CapturedGraph(CapturedGraph&& o) noexcept
+    : graph_(o.graph_), exec_(o.exec_), nodes_(o.nodes_), ledger_(std::move(o.ledger_)) {
+  o.graph_ = nullptr;
+  o.exec_ = nullptr;
+  o.nodes_ = 0;
+}
+
+CapturedGraph& CapturedGraph::operator=(CapturedGraph&& o) noexcept {
+  if (this != &o) {
+    reset();
+    graph_ = o.graph_;
+    exec_ = o.exec_;
+    nodes_ = o.nodes_;
+    ledger_ = std::move(o.ledger_);
+    o.graph_ = nullptr;
+    o.exec_ = nullptr;
+    o.nodes_ = 0;
+  }
+  return *this;
+}
+
+}  // namespace vitddp::cuda

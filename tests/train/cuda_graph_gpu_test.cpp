@@ -1,0 +1,91 @@
+// `train --cuda-graph` (Note [A step as a CUDA graph]): the third step is captured and every
+// later one replays it; the weights after the run are those of the eager run, bit for bit, on
+// one GPU and over NCCL on two (the bucket collectives inside the graph), and steps the graph
+// cannot replay (a short last batch, a setting that changes the step's work) run eagerly.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/ddp_harness.h"
+#include "common/multiprocess.h"
+#include "common/train_process.h"
+#include "framework/io/safetensors.h"
+
+namespace vitddp {
+namespace {
+
+// The largest difference between the tensors of two weight files (they must hold the same names).
+double worst_difference(const std::string& a_path, const std::string& b_path) {
+  const SafetensorsFile a = read_safetensors(a_path), b = read_safetensors(b_path);
+  EXPECT_EQ(a.tensors.size(), b.tensors.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.tensors.size() && i < b.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].first, b.tensors[i].first);
+    const std::vector<double> u = a.tensors[i].second.to_vector(), v = b.tensors[i].second.to_vector();
+    EXPECT_EQ(u.size(), v.size()) << a.tensors[i].first;
+    for (size_t k = 0; k < u.size() && k < v.size(); ++k) worst = std::max(worst, std::abs(u[k] - v[k]));
+  }
+  return worst;
+}
+
+// Trains `args` eagerly and with --cuda-graph; both must finish, the graph run must say it
+// captured step 3 and replayed `replays` steps, and the weights must agree bit for bit. Returns
+// the graph run's output.
+std::string expect_graph_matches_eager(const std::string& args, const std::string& dir_name, int replays) {
+  testing::TempFolder dir(dir_name);
+  const std::string eager = (dir / "eager.safetensors").string(), graphed = (dir / "graph.safetensors").string();
+  testing::TrainOutcome a = testing::run_train("", args + " --save " + eager, /*use_gpus=*/true, 300);
+  EXPECT_EQ(a.code, 0) << a.out;
+  testing::TrainOutcome b = testing::run_train("", args + " --cuda-graph --save " + graphed, /*use_gpus=*/true, 300);
+  EXPECT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("cuda graph: step 3 captured ("), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("cuda graph: " + std::to_string(replays) + " step(s) replayed"), std::string::npos) << b.out;
+  if (a.code == 0 && b.code == 0) EXPECT_EQ(worst_difference(eager, graphed), 0.0);
+  return b.out;
+}
+
+// Products chosen by cuBLASLt's heuristic, not by timing: the same in both runs.
+const std::string kBase = "--timeout 60 --model vit_tiny --batch-size 32 --warmup 0 --steps 6 --print-every 0 "
+                          "--gemm-autotune=false";
+
+TEST(CudaGraphGpu, OneGpuReplaysGiveTheEagerWeights) {
+  if (testing::gpus_without_cuda_init() < 1) GTEST_SKIP() << "needs a GPU";
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    expect_graph_matches_eager(kBase + " --data gpu --precision " + precision + " --optimizer adamw",
+                               "vitddp_graph_1gpu", 3);
+  }
+}
+
+TEST(CudaGraphGpu, DdpReplaysCarryTheBucketCollectives) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  // Small buckets: many collectives inside the graph, launched as backward goes.
+  expect_graph_matches_eager("--gpus 2 " + kBase + " --data gpu --bucket-mb 0.05 --precision fp32 --momentum 0.9",
+                             "vitddp_graph_ddp_fp32", 3);
+  expect_graph_matches_eager("--gpus 2 " + kBase + " --data gpu --bucket-mb 0.5 --precision bf16 --hook bf16",
+                             "vitddp_graph_ddp_bf16", 3);
+}
+
+// A dataset of 112 images in batches of 32: every fourth step has 16, which runs eagerly between
+// replays (step 3, captured, has 32; step 4 has 16; steps 5 and 6, of the next epoch, replay).
+TEST(CudaGraphGpu, AShortBatchRunsEagerlyBetweenReplays) {
+  if (testing::gpus_without_cuda_init() < 1) GTEST_SKIP() << "needs a GPU";
+  const std::string out = expect_graph_matches_eager(
+      kBase + " --data synthetic --dataset-size 112 --workers 1 --precision fp32", "vitddp_graph_short", 2);
+  EXPECT_EQ(out.find("cuda graph: off"), std::string::npos) << out;
+}
+
+TEST(CudaGraphGpu, ASettingItCannotReplaySaysWhyAndTrainsEagerly) {
+  if (testing::gpus_without_cuda_init() < 1) GTEST_SKIP() << "needs a GPU";
+  testing::TrainOutcome o =
+      testing::run_train("", kBase + " --data gpu --dropout 0.1 --steps 3 --cuda-graph", /*use_gpus=*/true, 300);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("cuda graph: off, every step runs eagerly: --dropout"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("captured"), std::string::npos) << o.out;
+}
+
+}  // namespace
+}  // namespace vitddp

@@ -1,0 +1,49 @@
+// cuda_graph_unsupported: the settings under which --cuda-graph turns itself off, each named.
+#include <gtest/gtest.h>
+
+#include "train/config.h"
+#include "train/graphed_step.h"
+
+namespace vitddp {
+namespace {
+
+TEST(CudaGraphSettings, ThePlainStepAndTheSixteenBitHooksOnSixteenBitBucketsCanBeReplayed) {
+  TrainConfig c;
+  EXPECT_EQ(cuda_graph_unsupported(c, 3), "");
+  c.precision = "bf16";
+  for (const char* hook : {"allreduce", "fp16", "bf16"}) {
+    c.hook = hook;
+    EXPECT_EQ(cuda_graph_unsupported(c, 100), "") << hook;
+  }
+  c.sm_carveout = 2;  // kept by the capture like any other setting of the step
+  c.concurrent_wgrad = false;
+  EXPECT_EQ(cuda_graph_unsupported(c, 100), "");
+}
+
+TEST(CudaGraphSettings, EachSettingThatChangesTheStepIsNamed) {
+  auto why = [](auto change) {
+    TrainConfig c;
+    change(c);
+    return cuda_graph_unsupported(c, 100);
+  };
+  EXPECT_NE(why([](TrainConfig& c) { c.accumulate = 2; }).find("--accumulate 2"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.update_in_forward = true; }).find("--update-in-forward"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.hook = "powersgd"; }).find("--hook powersgd"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.hook = "fp16"; }).find("--hook fp16 on f32 buckets"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.find_unused_parameters = true; }).find("--find-unused-parameters"),
+            std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.dropout = 0.1; }).find("--dropout"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.trace = "t.json"; }).find("--trace"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.launch_window = 16; }).find("--launch-window"), std::string::npos);
+  TrainConfig c;
+  EXPECT_NE(cuda_graph_unsupported(c, 2).find("the run has 2 step(s)"), std::string::npos);
+  // Every reason at once, so that one run tells them all.
+  c.dropout = 0.1;
+  c.accumulate = 4;
+  EXPECT_EQ(cuda_graph_unsupported(c, 100),
+            "--accumulate 4 (one micro-batch a step is captured); --dropout (each step draws its masks from a counter "
+            "kept on the host)");
+}
+
+}  // namespace
+}  // namespace vitddp

@@ -1,0 +1,117 @@
+#include "train/graphed_step.h"
+
+#include <ostream>
+#include <vector>
+
+#include "framework/core/error.h"
+#if VITDDP_WITH_CUDA
+#include "distributed/nccl/pg_nccl.h"
+#include "framework/cuda/graph.h"
+#include "framework/cuda/stream.h"
+#endif
+
+namespace vitddp {
+
+// Note [A step as a CUDA graph]
+// A bf16 step of ViT-L/32 is about 1,100 kernel launches and, with DDP, one collective per
+// bucket: on a slow host the host takes as long to issue a step as the GPU to run it, and with
+// 25 MB buckets over NVLink it sets the pace (docs/performance.md). With --cuda-graph the third
+// step of the process is captured (the first rebuilds the buckets and tunes the products, the
+// second runs as all later ones) from its batch copy to the reducer's last wait: forward, loss,
+// backward with the reducer's hooks, the bucket collectives on the comm stream, the averaging.
+// Every later step copies its batch into the graph's input buffers, replays the graph (one
+// launch) and runs the optimizer eagerly after it: its step-dependent constants (AdamW's bias
+// corrections, the learning rate) are kernel arguments computed on the host, and it is a few
+// launches. Replays are bit-identical to eager steps: the same kernels, plans and collectives
+// on the same addresses. A step that cannot be replayed runs eagerly: one with a batch of another
+// shape (a file's short last batch) or a fault injected into its loss. Settings whose work
+// changes from step to step in ways a replay cannot follow turn the graph off at start, named
+// (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
+// captured step has them; the replays have their step range.
+std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
+  std::vector<std::string> why;
+  if (steps <= kEagerStepsBeforeGraph)
+    why.push_back("the run has " + std::to_string(steps) + " step(s): the graph is captured at the third");
+  if (c.accumulate > 1) why.push_back("--accumulate " + std::to_string(c.accumulate) + " (one micro-batch a step is captured)");
+  if (c.update_in_forward) why.push_back("--update-in-forward (its updates run inside the next step's forward)");
+  if (c.hook == "powersgd")
+    why.push_back("--hook powersgd (its plain all-reduce steps, warm start and per-bucket state change from step to step)");
+  if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")
+    why.push_back("--hook " + c.hook + " on f32 buckets (its overflow record is indexed by a step count kept on the host)");
+  if (c.find_unused_parameters) why.push_back("--find-unused-parameters (the unused parameters may change from step to step)");
+  if (c.dropout > 0) why.push_back("--dropout (each step draws its masks from a counter kept on the host)");
+  if (!c.trace.empty()) why.push_back("--trace (its marks are recorded by the host in every step)");
+  if (c.launch_window > 0) why.push_back("--launch-window (its waits for the GPU cannot be captured)");
+  std::string out;
+  for (const std::string& w : why) out += (out.empty() ? "" : "; ") + w;
+  return out;
+}
+
+#if VITDDP_WITH_CUDA
+
+struct GraphedStep::State {
+  Tensor images, labels, loss;  // the graph's fixed input and output buffers
+  cuda::CapturedGraph graph;
+};
+
+GraphedStep::GraphedStep(int64_t capture_step, ProcessGroup* group)
+    : capture_step_(capture_step), group_(group), state_(std::make_unique<State>()) {}
+
+GraphedStep::~GraphedStep() = default;
+
+bool GraphedStep::takes(int64_t step, const Tensor& images, const Tensor& labels) const {
+  if (step < capture_step_ || !images.device().is_cuda()) return false;
+  if (!state_->graph.valid()) return true;
+  return images.shape() == state_->images.shape() && images.dtype() == state_->images.dtype() &&
+         labels.shape() == state_->labels.shape() && labels.dtype() == state_->labels.dtype();
+}
+
+Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels,
+                        const ForwardBackward& forward_backward, std::ostream& out) {
+  State& s = *state_;
+  if (!s.graph.valid()) {
+    s.images = Tensor::empty(images.shape(), images.dtype(), images.device());
+    s.labels = Tensor::empty(labels.shape(), labels.dtype(), labels.device());
+    s.loss = Tensor::empty({}, DType::kF32, images.device());
+    s.images.copy_(images);
+    s.labels.copy_(labels);
+    // Collectives still being handed to NCCL belong before the capture, not in it.
+    auto* nccl = dynamic_cast<ProcessGroupNccl*>(group_);
+    if (nccl) nccl->finish_enqueue();
+    try {
+      s.graph = cuda::CapturedGraph::capture([&] {
+        const Tensor loss = forward_backward(s.images, s.labels);
+        s.loss.copy_(loss);  // converts: the loss is f32 already
+      });
+    } catch (const Error& e) {
+      throw Error(std::string("--cuda-graph: step ") + std::to_string(step + 1) + ": " + e.what() +
+                  "; run without --cuda-graph");
+    }
+    out << "cuda graph: step " << step + 1 << " captured (" << s.graph.node_count()
+        << " nodes); it and every later step of the same shapes replay it\n"
+        << std::flush;
+  } else {
+    s.images.copy_(images);
+    s.labels.copy_(labels);
+    ++replays_;
+  }
+  s.graph.launch(cuda::current_stream());
+  if (auto* nccl = dynamic_cast<ProcessGroupNccl*>(group_))
+    nccl->watch_current_stream("CUDA graph of step " + std::to_string(step + 1) + " (its bucket collectives)");
+  return s.loss;
+}
+
+#else
+
+struct GraphedStep::State {};
+
+GraphedStep::GraphedStep(int64_t, ProcessGroup*) { throw Error("--cuda-graph needs a CUDA build"); }
+GraphedStep::~GraphedStep() = default;
+bool GraphedStep::takes(int64_t, const Tensor&, const Tensor&) const { return false; }
+Tensor GraphedStep::run(int64_t, const Tensor&, const Tensor&, const ForwardBackward&, std::ostream&) {
+  throw Error("--cuda-graph needs a CUDA build");
+}
+
+#endif
+
+}  // namespace vitddp

@@ -1,0 +1,56 @@
+// --cuda-graph: a training step's forward, backward and DDP bucket collectives captured once as a
+// CUDA graph and replayed. See Note [A step as a CUDA graph] in graphed_step.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "framework/core/tensor.h"
+#include "train/config.h"
+
+namespace vitddp {
+
+class ProcessGroup;
+
+// The eager steps before the capture: the first rebuilds DDP's buckets and tunes the products,
+// the second runs as every later step will.
+constexpr int64_t kEagerStepsBeforeGraph = 2;
+
+// Why this run cannot replay its steps as a graph, in a phrase ("" when it can). `steps`: the
+// steps this process will run.
+std::string cuda_graph_unsupported(const TrainConfig& config, int64_t steps);
+
+// The captured step and its fixed inputs and output (GPU builds; elsewhere construction throws).
+class GraphedStep {
+ public:
+  // Captures at step `capture_step`; `group`: the run's process group (null without DDP), whose
+  // watchdog then holds each replay to its timeout.
+  GraphedStep(int64_t capture_step, ProcessGroup* group);
+  ~GraphedStep();
+  GraphedStep(const GraphedStep&) = delete;
+  GraphedStep& operator=(const GraphedStep&) = delete;
+
+  // Whether step `step` with these inputs runs from the graph: from the capture step on, with
+  // inputs of the captured shapes (a short last batch runs eagerly).
+  bool takes(int64_t step, const Tensor& images, const Tensor& labels) const;
+  // The step's forward and backward (DDP's reduction included) from `images` and `labels`,
+  // returning its loss. Captured at the first call, which also runs it; replayed at the next.
+  using ForwardBackward = std::function<Tensor(const Tensor& images, const Tensor& labels)>;
+  // Copies the inputs into the graph's own and runs it; returns the loss, in a fixed buffer that
+  // the next run overwrites (in stream order).
+  Tensor run(int64_t step, const Tensor& images, const Tensor& labels, const ForwardBackward& forward_backward,
+             std::ostream& out);
+  int64_t replays() const { return replays_; }
+
+ private:
+  struct State;
+  int64_t capture_step_;
+  ProcessGroup* group_;
+  int64_t replays_ = 0;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace vitddp
