@@ -54,8 +54,11 @@ struct GraphedStep::State {
   cuda::CapturedGraph graph;
 };
 
-GraphedStep::GraphedStep(int64_t capture_step, ProcessGroup* group)
-    : capture_step_(capture_step), group_(group), state_(std::make_unique<State>()) {}
+GraphedStep::GraphedStep(int64_t capture_step, int device, ProcessGroup* group)
+    : capture_step_(capture_step), device_(device), group_(group), state_(std::make_unique<State>()) {}
+
+size_t GraphedStep::peak_memory_bytes() const { return cuda::graph_memory_high_bytes(device_); }
+void GraphedStep::reset_peak_memory() { cuda::reset_graph_memory_high(device_); }
 
 GraphedStep::~GraphedStep() = default;
 
@@ -105,7 +108,9 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
 
 struct GraphedStep::State {};
 
-GraphedStep::GraphedStep(int64_t, ProcessGroup*) { throw Error("--cuda-graph needs a CUDA build"); }
+GraphedStep::GraphedStep(int64_t, int, ProcessGroup*) { throw Error("--cuda-graph needs a CUDA build"); }
+size_t GraphedStep::peak_memory_bytes() const { return 0; }
+void GraphedStep::reset_peak_memory() {}
 GraphedStep::~GraphedStep() = default;
 bool GraphedStep::takes(int64_t, const Tensor&, const Tensor&) const { return false; }
 Tensor GraphedStep::run(int64_t, const Tensor&, const Tensor&, const ForwardBackward&, std::ostream&) {

@@ -2,6 +2,7 @@
 // CUDA graph and replayed. See Note [A step as a CUDA graph] in graphed_step.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -28,7 +29,7 @@ class GraphedStep {
  public:
   // Captures at step `capture_step`; `group`: the run's process group (null without DDP), whose
   // watchdog then holds each replay to its timeout.
-  GraphedStep(int64_t capture_step, ProcessGroup* group);
+  GraphedStep(int64_t capture_step, int device, ProcessGroup* group);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
@@ -44,10 +45,15 @@ class GraphedStep {
   Tensor run(int64_t step, const Tensor& images, const Tensor& labels, const ForwardBackward& forward_backward,
              std::ostream& out);
   int64_t replays() const { return replays_; }
+  // The graph's own device memory (its activations, which the device allocator does not see in a
+  // replay): the most held at once since the last reset, added to the run's peak.
+  size_t peak_memory_bytes() const;
+  void reset_peak_memory();
 
  private:
   struct State;
   int64_t capture_step_;
+  int device_;
   ProcessGroup* group_;
   int64_t replays_ = 0;
   std::unique_ptr<State> state_;

@@ -399,7 +399,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (config.cuda_graph) {
     const std::string why = cuda_graph_unsupported(config, total - std::min(start_step, total));
     if (why.empty())
-      graphed = std::make_unique<GraphedStep>(start_step + kEagerStepsBeforeGraph, ddp.group.get());
+      graphed = std::make_unique<GraphedStep>(start_step + kEagerStepsBeforeGraph, device.index, ddp.group.get());
     else
       out << "cuda graph: off, every step runs eagerly: " << why << "\n";
   }
@@ -482,7 +482,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     if (step + 1 == profile_first) cuda::profiler_start();
 #endif
     poison_loss = inject_fault(env.rank, step);
-    if (step == config.warmup) allocator.reset_peak(device.index);
+    if (step == config.warmup) {
+      allocator.reset_peak(device.index);
+      if (graphed) graphed->reset_peak_memory();
+    }
     if (tracing) tracing->begin_step(step);
     TracedRange step_range(tracing ? &tracing->recorder() : nullptr, nvtx_step_name(step + 1), NvtxColor::kStep,
                            env.rank, step);
@@ -571,7 +574,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   // not batch size x steps: a file dataset's last batch of an epoch may be short.
   result.images_per_s = static_cast<double>(timed_images) * world / result.seconds;
   result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
-  result.peak_memory_mib = static_cast<double>(allocator.peak_bytes(device.index)) / (1 << 20);
+  // With --cuda-graph the step's activations live in the graph's memory, beside the allocator's.
+  result.peak_memory_mib =
+      static_cast<double>(allocator.peak_bytes(device.index) + (graphed ? graphed->peak_memory_bytes() : 0)) /
+      (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();
   const Utilisation use = utilisation(result.images_per_s / world, run.model.training_flops_per_image(),
                                       gpu_name(device));

@@ -87,6 +87,18 @@ class AsyncPoolAllocator final : public Allocator {
         }
       }
       t_ledger->made_bytes -= nbytes;
+      // A failed capture's blocks were never really allocated (its graph is dropped).
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      cudaStream_t stream = nullptr;
+      try {
+        stream = current_stream();
+      } catch (...) {
+      }
+      if (stream && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+          capture == cudaStreamCaptureStatusInvalidated) {
+        current_[device].fetch_sub(nbytes);
+        return;
+      }
     }
     int previous = 0;
     CUDA_WARN(cudaGetDevice(&previous));

@@ -1,5 +1,6 @@
 #include "framework/cuda/graph.h"
 
+#include <cstdint>
 #include <string>
 
 #include "framework/core/error.h"
@@ -9,8 +10,10 @@
 namespace vitddp::cuda {
 
 // Note [Capturing a step]
-// Stream capture in the thread-local mode: only this thread is held to capturable calls, so the
-// loader's copies, the NCCL watchdog's event queries and NCCL's own threads go on as usual. The
+// Stream capture in the relaxed mode: the capturing thread may still query events recorded
+// before the capture (the NCCL group checks its earlier collectives in every call; the thread-
+// local mode refuses that query), and other threads (the loader's copies, the NCCL watchdog, NCCL's
+// own) go on as usual. A call that would wait for the captured stream still fails the capture. The
 // function runs its host code once, as an eager step would; what it enqueues is recorded, not
 // run, and a replay runs the same kernels on the same addresses with the same arguments. So
 // every value that changes from step to step must live in device memory the graph reads (the
@@ -22,7 +25,7 @@ CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
   cudaStream_t stream = current_stream();
   CapturedGraph g;
   g.ledger_ = std::make_unique<CaptureLedger>();
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   set_capture_ledger(g.ledger_.get());
   auto abandon = [&] {
     set_capture_ledger(nullptr);
@@ -78,6 +81,17 @@ void CapturedGraph::reset() noexcept {
 }
 
 CapturedGraph::~CapturedGraph() { reset(); }
+
+size_t graph_memory_high_bytes(int device) {
+  uint64_t bytes = 0;
+  CUDA_CHECK(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &bytes));
+  return static_cast<size_t>(bytes);
+}
+
+void reset_graph_memory_high(int device) {
+  uint64_t zero = 0;  // the only value it may be set to
+  CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &zero));
+}
 
 CapturedGraph::CapturedGraph(CapturedGraph&& o) noexcept
     : graph_(o.graph_), exec_(o.exec_), nodes_(o.nodes_), ledger_(std::move(o.ledger_)) {

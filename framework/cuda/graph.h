@@ -41,4 +41,10 @@ class CapturedGraph {
   std::unique_ptr<CaptureLedger> ledger_;
 };
 
+// The most device memory CUDA graphs' own allocations have held on `device` at once since the
+// last reset (the step's activations under --cuda-graph: the device allocator does not see them
+// in a replay), and its reset.
+size_t graph_memory_high_bytes(int device);
+void reset_graph_memory_high(int device);
+
 }  // namespace vitddp::cuda
