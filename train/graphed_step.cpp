@@ -90,8 +90,9 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
       throw Error(std::string("--cuda-graph: step ") + std::to_string(step + 1) + ": " + e.what() +
                   "; run without --cuda-graph");
     }
-    out << "cuda graph: step " << step + 1 << " captured (" << s.graph.node_count()
-        << " nodes); it and every later step of the same shapes replay it\n"
+    out << "cuda graph: step " << step + 1 << " captured (" << s.graph.node_count() << " nodes, "
+        << s.graph.prioritized_kernel_count()
+        << " kernels at their stream's higher priority); it and every later step of the same shapes replay it\n"
         << std::flush;
   } else {
     s.images.copy_(images);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "framework/core/error.h"
 #include "framework/cuda/check.h"
@@ -59,7 +60,19 @@ CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
                 "replayed only when all it allocates is freed inside it");
   }
   CUDA_CHECK(cudaGraphGetNodes(g.graph_, nullptr, &g.nodes_));
-  CUDA_CHECK(cudaGraphInstantiate(&g.exec_, g.graph_, 0));
+  std::vector<cudaGraphNode_t> nodes(g.nodes_);
+  CUDA_CHECK(cudaGraphGetNodes(g.graph_, nodes.data(), &g.nodes_));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeAttrValue value{};
+    CUDA_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaKernelNodeAttributePriority, &value));
+    if (value.priority != 0) ++g.prioritized_kernels_;
+  }
+  // Each kernel keeps its stream's priority (NCCL's on the high-priority comm stream): by default
+  // a graph runs all of its nodes at the priority of the stream it is launched into.
+  CUDA_CHECK(cudaGraphInstantiateWithFlags(&g.exec_, g.graph_, cudaGraphInstantiateFlagUseNodePriority));
   CUDA_CHECK(cudaGraphUpload(g.exec_, stream));
   return g;
 }
@@ -75,6 +88,7 @@ void CapturedGraph::reset() noexcept {
   exec_ = nullptr;
   graph_ = nullptr;
   nodes_ = 0;
+  prioritized_kernels_ = 0;
   // After the graph's last replay on the current stream: the frees are stream-ordered.
   if (ledger_) release_held_frees(*ledger_);
   ledger_.reset();
@@ -94,10 +108,15 @@ void reset_graph_memory_high(int device) {
 }
 
 CapturedGraph::CapturedGraph(CapturedGraph&& o) noexcept
-    : graph_(o.graph_), exec_(o.exec_), nodes_(o.nodes_), ledger_(std::move(o.ledger_)) {
+    : graph_(o.graph_),
+      exec_(o.exec_),
+      nodes_(o.nodes_),
+      prioritized_kernels_(o.prioritized_kernels_),
+      ledger_(std::move(o.ledger_)) {
   o.graph_ = nullptr;
   o.exec_ = nullptr;
   o.nodes_ = 0;
+  o.prioritized_kernels_ = 0;
 }
 
 CapturedGraph& CapturedGraph::operator=(CapturedGraph&& o) noexcept {
@@ -106,10 +125,12 @@ CapturedGraph& CapturedGraph::operator=(CapturedGraph&& o) noexcept {
     graph_ = o.graph_;
     exec_ = o.exec_;
     nodes_ = o.nodes_;
+    prioritized_kernels_ = o.prioritized_kernels_;
     ledger_ = std::move(o.ledger_);
     o.graph_ = nullptr;
     o.exec_ = nullptr;
     o.nodes_ = 0;
+    o.prioritized_kernels_ = 0;
   }
   return *this;
 }

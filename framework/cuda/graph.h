@@ -31,12 +31,16 @@ class CapturedGraph {
   // Runs the graph once on `stream`, after the work already there.
   void launch(cudaStream_t stream) const;
   size_t node_count() const { return nodes_; }
+  // Kernel nodes at a priority other than the default (those captured from a high-priority
+  // stream, as NCCL's comm stream): the graph runs each at its own.
+  size_t prioritized_kernel_count() const { return prioritized_kernels_; }
 
  private:
   void reset() noexcept;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   size_t nodes_ = 0;
+  size_t prioritized_kernels_ = 0;
   // Frees the capture held back (Note [Allocations under capture]): done when the graph goes.
   std::unique_ptr<CaptureLedger> ledger_;
 };

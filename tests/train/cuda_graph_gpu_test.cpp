@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
+#include <sstream>
 #include <string>
 
 #include "common/ddp_harness.h"
@@ -44,7 +46,16 @@ std::string expect_graph_matches_eager(const std::string& args, const std::strin
   EXPECT_NE(b.out.find("cuda graph: step 3 captured ("), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("cuda graph: " + std::to_string(replays) + " step(s) replayed"), std::string::npos) << b.out;
   if (a.code == 0 && b.code == 0) EXPECT_EQ(worst_difference(eager, graphed), 0.0);
+  std::istringstream lines(b.out);  // the graph's own lines, into the test log
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("cuda graph:", 0) == 0) std::cout << line << "\n";
   return b.out;
+}
+
+// The number of kernels the captured graph runs at their stream's higher priority.
+int prioritized_kernels(const std::string& out) {
+  const size_t at = out.find(" nodes, ");
+  return at == std::string::npos ? -1 : std::stoi(out.substr(at + 8));
 }
 
 // Products chosen by cuBLASLt's heuristic, not by timing: the same in both runs.
@@ -63,8 +74,10 @@ TEST(CudaGraphGpu, OneGpuReplaysGiveTheEagerWeights) {
 TEST(CudaGraphGpu, DdpReplaysCarryTheBucketCollectives) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
   // Small buckets: many collectives inside the graph, launched as backward goes.
-  expect_graph_matches_eager("--gpus 2 " + kBase + " --data gpu --bucket-mb 0.05 --precision fp32 --momentum 0.9",
-                             "vitddp_graph_ddp_fp32", 3);
+  const std::string out = expect_graph_matches_eager(
+      "--gpus 2 " + kBase + " --data gpu --bucket-mb 0.05 --precision fp32 --momentum 0.9", "vitddp_graph_ddp_fp32", 3);
+  // NCCL's kernels, captured from the high-priority comm stream, keep that priority in the graph.
+  EXPECT_GT(prioritized_kernels(out), 0) << out;
   expect_graph_matches_eager("--gpus 2 " + kBase + " --data gpu --bucket-mb 0.5 --precision bf16 --hook bf16",
                              "vitddp_graph_ddp_bf16", 3);
 }
