@@ -1,11 +1,13 @@
 #include "train/graphed_step.h"
 
+#include <cmath>
 #include <ostream>
 #include <vector>
 
 #include "framework/core/error.h"
 #if VITDDP_WITH_CUDA
 #include "distributed/nccl/pg_nccl.h"
+#include "framework/cuda/check.h"
 #include "framework/cuda/graph.h"
 #include "framework/cuda/stream.h"
 #endif
@@ -23,11 +25,16 @@ namespace vitddp {
 // launch) and runs the optimizer eagerly after it: its step-dependent constants (AdamW's bias
 // corrections, the learning rate) are kernel arguments computed on the host, and it is a few
 // launches. Replays are bit-identical to eager steps: the same kernels, plans and collectives
-// on the same addresses. A step that cannot be replayed runs eagerly: one with a batch of another
-// shape (a file's short last batch) or a fault injected into its loss. Settings whose work
+// on the same addresses (the captured loss is multiplied by a device scalar, 1, or NaN for a
+// fault injected into one rank's loss: x * 1 is x, bit for bit). A step with a batch of another
+// shape (a file's short last batch, the same step on every rank) runs eagerly, on every rank: NCCL
+// needs each collective captured on all ranks or on none. The capture waits for a step whose
+// batch has --batch-size images. Settings whose work
 // changes from step to step in ways a replay cannot follow turn the graph off at start, named
 // (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
-// captured step has them; the replays have their step range.
+// captured step has them; the replays have their step range. The capture (a wait for the GPU,
+// then the host's work for one step, then the instantiation) is timed with its step when
+// --warmup is below 3. The watchdog times each replay from its launch by the host.
 std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   std::vector<std::string> why;
   if (steps <= kEagerStepsBeforeGraph)
@@ -50,12 +57,16 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
 #if VITDDP_WITH_CUDA
 
 struct GraphedStep::State {
-  Tensor images, labels, loss;  // the graph's fixed input and output buffers
+  Tensor images, labels, loss_factor, loss;  // the graph's fixed input and output buffers
   cuda::CapturedGraph graph;
 };
 
-GraphedStep::GraphedStep(int64_t capture_step, int device, ProcessGroup* group)
-    : capture_step_(capture_step), device_(device), group_(group), state_(std::make_unique<State>()) {}
+GraphedStep::GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group)
+    : capture_step_(capture_step),
+      batch_size_(batch_size),
+      device_(device),
+      group_(group),
+      state_(std::make_unique<State>()) {}
 
 size_t GraphedStep::peak_memory_bytes() const { return cuda::graph_memory_high_bytes(device_); }
 void GraphedStep::reset_peak_memory() { cuda::reset_graph_memory_high(device_); }
@@ -64,31 +75,41 @@ GraphedStep::~GraphedStep() = default;
 
 bool GraphedStep::takes(int64_t step, const Tensor& images, const Tensor& labels) const {
   if (step < capture_step_ || !images.device().is_cuda()) return false;
-  if (!state_->graph.valid()) return true;
+  if (!state_->graph.valid()) return images.dim() > 0 && images.shape()[0] == batch_size_;
   return images.shape() == state_->images.shape() && images.dtype() == state_->images.dtype() &&
          labels.shape() == state_->labels.shape() && labels.dtype() == state_->labels.dtype();
 }
 
-Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels,
+Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels, bool poison_loss,
                         const ForwardBackward& forward_backward, std::ostream& out) {
   State& s = *state_;
   if (!s.graph.valid()) {
     s.images = Tensor::empty(images.shape(), images.dtype(), images.device());
     s.labels = Tensor::empty(labels.shape(), labels.dtype(), labels.device());
+    s.loss_factor = Tensor::empty({}, DType::kF32, images.device());
     s.loss = Tensor::empty({}, DType::kF32, images.device());
     s.images.copy_(images);
     s.labels.copy_(labels);
-    // Collectives still being handed to NCCL belong before the capture, not in it.
-    auto* nccl = dynamic_cast<ProcessGroupNccl*>(group_);
-    if (nccl) nccl->finish_enqueue();
+    s.loss_factor.fill_(poison_loss ? std::nan("") : 1.0);
+    // Once, before the capture: the earlier steps' collectives finish and their tensors are
+    // released now, not held by the capture for the graph's lifetime (Note [Allocations under
+    // capture]).
+    if (auto* nccl = dynamic_cast<ProcessGroupNccl*>(group_)) {
+      nccl->finish_enqueue();
+      CUDA_CHECK(cudaDeviceSynchronize());
+      nccl->check_health();
+    }
     try {
       s.graph = cuda::CapturedGraph::capture([&] {
-        const Tensor loss = forward_backward(s.images, s.labels);
+        const Tensor loss = forward_backward(s.images, s.labels, s.loss_factor);
         s.loss.copy_(loss);  // converts: the loss is f32 already
       });
     } catch (const Error& e) {
+      // The capture's own failures say so; others (a peer's failure, a timeout) keep their kind.
+      const bool of_capture = e.kind() == ErrorKind::kInternal;
       throw Error(std::string("--cuda-graph: step ") + std::to_string(step + 1) + ": " + e.what() +
-                  "; run without --cuda-graph");
+                      (of_capture ? "; run without --cuda-graph" : ""),
+                  e.kind());
     }
     out << "cuda graph: step " << step + 1 << " captured (" << s.graph.node_count() << " nodes, "
         << s.graph.prioritized_kernel_count()
@@ -97,6 +118,7 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
   } else {
     s.images.copy_(images);
     s.labels.copy_(labels);
+    s.loss_factor.fill_(poison_loss ? std::nan("") : 1.0);
     ++replays_;
   }
   s.graph.launch(cuda::current_stream());
@@ -109,12 +131,12 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
 
 struct GraphedStep::State {};
 
-GraphedStep::GraphedStep(int64_t, int, ProcessGroup*) { throw Error("--cuda-graph needs a CUDA build"); }
+GraphedStep::GraphedStep(int64_t, int64_t, int, ProcessGroup*) { throw Error("--cuda-graph needs a CUDA build"); }
 size_t GraphedStep::peak_memory_bytes() const { return 0; }
 void GraphedStep::reset_peak_memory() {}
 GraphedStep::~GraphedStep() = default;
 bool GraphedStep::takes(int64_t, const Tensor&, const Tensor&) const { return false; }
-Tensor GraphedStep::run(int64_t, const Tensor&, const Tensor&, const ForwardBackward&, std::ostream&) {
+Tensor GraphedStep::run(int64_t, const Tensor&, const Tensor&, bool, const ForwardBackward&, std::ostream&) {
   throw Error("--cuda-graph needs a CUDA build");
 }
 

@@ -27,23 +27,29 @@ std::string cuda_graph_unsupported(const TrainConfig& config, int64_t steps);
 // The captured step and its fixed inputs and output (GPU builds; elsewhere construction throws).
 class GraphedStep {
  public:
-  // Captures at step `capture_step`; `group`: the run's process group (null without DDP), whose
-  // watchdog then holds each replay to its timeout.
-  GraphedStep(int64_t capture_step, int device, ProcessGroup* group);
+  // Captures at the first step from `capture_step` on whose batch holds `batch_size` images (the
+  // same step on every rank: the sampler gives each as many); `group`: the run's process group
+  // (null without DDP), whose watchdog then holds each replay to its timeout.
+  GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
 
   // Whether step `step` with these inputs runs from the graph: from the capture step on, with
-  // inputs of the captured shapes (a short last batch runs eagerly).
+  // inputs of the captured shapes (a short last batch runs eagerly). Depends only on what every
+  // rank has alike, so that all ranks replay the same steps (NCCL needs a collective captured on
+  // every rank or on none).
   bool takes(int64_t step, const Tensor& images, const Tensor& labels) const;
   // The step's forward and backward (DDP's reduction included) from `images` and `labels`,
-  // returning its loss. Captured at the first call, which also runs it; replayed at the next.
-  using ForwardBackward = std::function<Tensor(const Tensor& images, const Tensor& labels)>;
-  // Copies the inputs into the graph's own and runs it; returns the loss, in a fixed buffer that
-  // the next run overwrites (in stream order).
-  Tensor run(int64_t step, const Tensor& images, const Tensor& labels, const ForwardBackward& forward_backward,
-             std::ostream& out);
+  // returning its loss times `loss_factor` (an f32 scalar on the device). Captured at the first
+  // call, which also runs it; replayed at the next.
+  using ForwardBackward =
+      std::function<Tensor(const Tensor& images, const Tensor& labels, const Tensor& loss_factor)>;
+  // Copies the inputs into the graph's own, sets the loss factor (1, or NaN for a fault injected
+  // into this rank's loss) and runs the graph; returns the loss, in a fixed buffer that the next
+  // run overwrites (in stream order).
+  Tensor run(int64_t step, const Tensor& images, const Tensor& labels, bool poison_loss,
+             const ForwardBackward& forward_backward, std::ostream& out);
   int64_t replays() const { return replays_; }
   // The graph's own device memory (its activations, which the device allocator does not see in a
   // replay): the most held at once since the last reset, added to the run's peak.
@@ -53,6 +59,7 @@ class GraphedStep {
  private:
   struct State;
   int64_t capture_step_;
+  int64_t batch_size_;
   int device_;
   ProcessGroup* group_;
   int64_t replays_ = 0;

@@ -351,7 +351,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   };
   // One micro-batch's forward and backward; DDP reduces the gradients when `sync`.
   bool poison_loss = false;  // VITDDP_FAULT ...:nan
-  auto forward_backward = [&](const Tensor& images, const Tensor& labels, bool sync, int64_t micro) {
+  // `loss_factor`: a device scalar the loss is multiplied by (--cuda-graph's, Note [A step as a CUDA graph]).
+  auto forward_backward = [&](const Tensor& images, const Tensor& labels, bool sync, int64_t micro,
+                              const Tensor& loss_factor) {
     TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
     // With --update-in-forward the last buckets' all-reduce runs beside the forward too.
     std::optional<GemmSmCarveout> forward_carveout;
@@ -369,7 +371,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       if (sync && ddp.group) reduce_stop_flag();
     }
     if (config.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config.accumulate));
-    if (poison_loss) loss = scale(loss, std::nan(""));
+    if (loss_factor.defined()) {
+      loss = mul(loss, loss_factor);
+    } else if (poison_loss) {
+      loss = scale(loss, std::nan(""));
+    }
     if (ddp.reducer) {
       ddp.reducer->set_sync(sync);
       ddp.reducer->prepare_for_backward();
@@ -399,7 +405,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (config.cuda_graph) {
     const std::string why = cuda_graph_unsupported(config, total - std::min(start_step, total));
     if (why.empty())
-      graphed = std::make_unique<GraphedStep>(start_step + kEagerStepsBeforeGraph, device.index, ddp.group.get());
+      graphed = std::make_unique<GraphedStep>(start_step + kEagerStepsBeforeGraph, config.batch_size, device.index,
+                                              ddp.group.get());
     else
       out << "cuda graph: off, every step runs eagerly: " << why << "\n";
   }
@@ -419,14 +426,14 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       }
       step_images += batch.images.shape()[0];
       Tensor loss;
-      if (graphed && !poison_loss && graphed->takes(step, batch.images, batch.labels)) {
-        loss = graphed->run(step, batch.images, batch.labels,
-                            [&](const Tensor& images, const Tensor& labels) {
-                              return forward_backward(images, labels, /*sync=*/true, /*micro=*/0);
+      if (graphed && graphed->takes(step, batch.images, batch.labels)) {
+        loss = graphed->run(step, batch.images, batch.labels, poison_loss,
+                            [&](const Tensor& images, const Tensor& labels, const Tensor& loss_factor) {
+                              return forward_backward(images, labels, /*sync=*/true, /*micro=*/0, loss_factor);
                             },
                             out);
       } else {
-        loss = forward_backward(batch.images, batch.labels, sync, micro);
+        loss = forward_backward(batch.images, batch.labels, sync, micro, Tensor());
       }
       step_loss = step_loss.defined() ? add(step_loss, loss) : loss;
     }

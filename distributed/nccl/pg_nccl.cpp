@@ -432,7 +432,12 @@ class NcclWork final : public Work {
   ~NcclWork() override {
     if (captured_keep_.empty()) return;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    cudaStream_t stream = cuda::current_stream();
+    cudaStream_t stream = nullptr;
+    try {
+      stream = cuda::current_stream();
+    } catch (...) {
+      return;  // no stream to order the frees on: they follow the work already there
+    }
     if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusActive)
       CUDA_WARN(cudaStreamWaitEvent(stream, done_->get(), 0));
   }

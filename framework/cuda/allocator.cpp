@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_set>
 
 #include "framework/cuda/check.h"
 #include "framework/cuda/stream.h"
@@ -26,6 +27,10 @@ namespace {
 //   while an allocation of its last launch is alive. The ledger's `made` names them, so the
 //   capture can refuse with a clear error.
 thread_local CaptureLedger* t_ledger = nullptr;
+// Blocks of failed captures (drop_capture_blocks): frees skipped. Rarely non-empty.
+std::mutex g_dropped_mutex;
+std::unordered_set<void*> g_dropped;
+std::atomic<bool> g_any_dropped{false};
 
 // Note [Device allocator]
 // Device memory comes from CUDA's stream-ordered allocator (cudaMallocAsync) on the device's
@@ -65,9 +70,10 @@ class AsyncPoolAllocator final : public Allocator {
                   " bytes (" + std::to_string(current_[device].load()) + " bytes in use)");
     }
     CUDA_CHECK(err);
-    if (t_ledger) {
+    if (t_ledger) {  // graph memory: not counted here (Note [Allocations under capture])
       t_ledger->made.insert(ptr);
       t_ledger->made_bytes += nbytes;
+      return ptr;
     }
     size_t now = current_[device].fetch_add(nbytes) + nbytes;
     size_t peak = peak_[device].load();
@@ -95,11 +101,20 @@ class AsyncPoolAllocator final : public Allocator {
       } catch (...) {
       }
       if (stream && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
-          capture == cudaStreamCaptureStatusInvalidated) {
-        current_[device].fetch_sub(nbytes);
+          capture == cudaStreamCaptureStatusInvalidated)
         return;
-      }
+      free_on_current_stream(ptr, device);  // a free node of the graph; never counted
+      return;
     }
+    if (g_any_dropped.load()) {
+      std::lock_guard<std::mutex> lock(g_dropped_mutex);
+      if (g_dropped.erase(ptr) > 0) return;
+    }
+    free_on_current_stream(ptr, device);
+    current_[device].fetch_sub(nbytes);
+  }
+
+  static void free_on_current_stream(void* ptr, int device) noexcept {
     int previous = 0;
     CUDA_WARN(cudaGetDevice(&previous));
     if (previous != device) CUDA_WARN(cudaSetDevice(device));
@@ -110,7 +125,6 @@ class AsyncPoolAllocator final : public Allocator {
     }
     CUDA_WARN(cudaFreeAsync(ptr, stream));
     if (previous != device) CUDA_WARN(cudaSetDevice(previous));
-    current_[device].fetch_sub(nbytes);
   }
 
   size_t current_bytes(int device) const override { return current_[device].load(); }
@@ -145,6 +159,14 @@ Allocator& device_allocator() {
 }
 
 void set_capture_ledger(CaptureLedger* ledger) { t_ledger = ledger; }
+
+void drop_capture_blocks(CaptureLedger& ledger) {
+  std::lock_guard<std::mutex> lock(g_dropped_mutex);
+  g_dropped.insert(ledger.made.begin(), ledger.made.end());
+  if (!g_dropped.empty()) g_any_dropped.store(true);
+  ledger.made.clear();
+  ledger.made_bytes = 0;
+}
 
 void release_held_frees(CaptureLedger& ledger) noexcept {
   CaptureLedger* const previous = t_ledger;

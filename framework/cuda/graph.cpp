@@ -36,28 +36,36 @@ CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
     // Nothing of the graph ever ran: the held frees are safe now. Blocks made in the capture
     // were never really allocated and are dropped with it.
     release_held_frees(*g.ledger_);
+    drop_capture_blocks(*g.ledger_);
   };
   try {
     enqueue();
+  } catch (const Error& e) {
+    abandon();
+    throw Error(std::string("while capturing a CUDA graph: ") + e.what(), e.kind());  // a peer's failure stays one
   } catch (const std::exception& e) {
     abandon();
-    throw Error(std::string("capturing a CUDA graph failed: ") + e.what());
+    throw Error(std::string("while capturing a CUDA graph: ") + e.what(), ErrorKind::kInternal);
   }
   set_capture_ledger(nullptr);
   const cudaError_t ended = cudaStreamEndCapture(stream, &g.graph_);
   if (ended != cudaSuccess) {
     cudaGetLastError();
     release_held_frees(*g.ledger_);
+    drop_capture_blocks(*g.ledger_);
     throw Error(std::string("capturing a CUDA graph failed: cudaStreamEndCapture: ") + cudaGetErrorString(ended) +
-                " (an operation that cannot be captured, or a stream that forked from the captured one and did "
-                "not join it again)");
+                    " (an operation that cannot be captured, or a stream that forked from the captured one and did "
+                    "not join it again)",
+                ErrorKind::kInternal);
   }
   if (!g.ledger_->made.empty()) {
     const size_t count = g.ledger_->made.size(), bytes = g.ledger_->made_bytes;
+    drop_capture_blocks(*g.ledger_);
     g.reset();
     throw Error("capturing a CUDA graph failed: " + std::to_string(count) + " block(s) of device memory (" +
-                std::to_string(bytes) + " bytes) made in the capture were still alive at its end; a graph is "
-                "replayed only when all it allocates is freed inside it");
+                    std::to_string(bytes) + " bytes) made in the capture were still alive at its end; a graph is "
+                    "replayed only when all it allocates is freed inside it",
+                ErrorKind::kInternal);
   }
   CUDA_CHECK(cudaGraphGetNodes(g.graph_, nullptr, &g.nodes_));
   std::vector<cudaGraphNode_t> nodes(g.nodes_);

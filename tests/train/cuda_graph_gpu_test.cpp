@@ -82,6 +82,24 @@ TEST(CudaGraphGpu, DdpReplaysCarryTheBucketCollectives) {
                              "vitddp_graph_ddp_bf16", 3);
 }
 
+// A NaN injected into one rank's loss travels through the graph like any other: every rank still
+// replays that step (NCCL needs the same collectives captured on every rank), and --nonfinite
+// decides, in a replay as in the captured step itself.
+TEST(CudaGraphGpu, ANanInOneRanksLossIsReplayedOnEveryRank) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const std::string args = "--gpus 2 " + kBase + " --data gpu --bucket-mb 0.5 --cuda-graph";
+  testing::TrainOutcome skip =
+      testing::run_train("VITDDP_FAULT=1:4:nan", args + " --nonfinite skip --json", /*use_gpus=*/true, 300);
+  ASSERT_EQ(skip.code, 0) << skip.out;
+  EXPECT_NE(skip.out.find("step 5 (rank 0): non-finite gradient in "), std::string::npos) << skip.out;
+  EXPECT_NE(skip.out.find("\"skipped_steps\":1"), std::string::npos) << skip.out;
+  EXPECT_NE(skip.out.find("cuda graph: 3 step(s) replayed"), std::string::npos) << skip.out;
+  testing::TrainOutcome stop = testing::run_train("VITDDP_FAULT=1:2:nan", args, /*use_gpus=*/true, 300);
+  EXPECT_EQ(stop.code, 5) << stop.out;
+  EXPECT_NE(stop.out.find("cuda graph: step 3 captured"), std::string::npos) << stop.out;
+  EXPECT_NE(stop.out.find("step 3 (rank 0): non-finite gradient in "), std::string::npos) << stop.out;
+}
+
 // A dataset of 112 images in batches of 32: every fourth step has 16, which runs eagerly between
 // replays (step 3, captured, has 32; step 4 has 16; steps 5 and 6, of the next epoch, replay).
 TEST(CudaGraphGpu, AShortBatchRunsEagerlyBetweenReplays) {
