@@ -17,10 +17,10 @@ namespace vitddp {
 // Note [A step as a CUDA graph]
 // A bf16 step of ViT-L/32 is 409 ops (--op-breakdown's count), each one or more launches, and
 // with DDP one collective per bucket: on a slow host the host takes as long to issue a step as
-// the GPU to run it, and with
-// 25 MB buckets over NVLink it sets the pace (docs/performance.md). With --cuda-graph the third
-// step of the process is captured (the first rebuilds the buckets and tunes the products, the
-// second runs as all later ones) from its batch copy to the reducer's last wait: forward, loss,
+// the GPU to run it, and with 25 MB buckets over NVLink it sets the pace (docs/performance.md).
+// With --cuda-graph the third step of the process is captured (the first rebuilds the buckets
+// and tunes the products, the second runs as all later ones) from its batch copy to the
+// reducer's last wait: forward, loss,
 // backward with the reducer's hooks, the bucket collectives on the comm stream, the averaging.
 // Every later step copies its batch into the graph's input buffers, replays the graph (one
 // launch) and runs the optimizer eagerly after it: its step-dependent constants (AdamW's bias
