@@ -118,5 +118,35 @@ TEST(CudaGraphGpu, ASettingItCannotReplaySaysWhyAndTrainsEagerly) {
   EXPECT_EQ(o.out.find("captured"), std::string::npos) << o.out;
 }
 
+// Checkpoints written between replays, and a resumed run (which captures anew at its own third
+// step), give the weights of the uninterrupted graph run, on one GPU and on two; --op-breakdown's
+// extra steps run eagerly after the replays.
+TEST(CudaGraphGpu, CheckpointsBetweenReplaysResumeExactly) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  for (const std::string gpus : {"", "--gpus 2 --bucket-mb 0.05 "}) {
+    SCOPED_TRACE(gpus);
+    testing::TempFolder dir("vitddp_graph_resume");
+    const std::string straight = (dir / "straight.safetensors").string();
+    const std::string resumed = (dir / "resumed.safetensors").string();
+    const std::string ckpt = (dir / "ckpt").string();
+    const std::string args = gpus + kBase + " --data gpu --optimizer adamw --cuda-graph";
+    testing::TrainOutcome a =
+        testing::run_train("", args + " --steps 10 --save " + straight, /*use_gpus=*/true, 300);
+    ASSERT_EQ(a.code, 0) << a.out;
+    testing::TrainOutcome b = testing::run_train(
+        "", args + " --steps 7 --checkpoint-dir " + ckpt + " --checkpoint-every 3", /*use_gpus=*/true, 300);
+    ASSERT_EQ(b.code, 0) << b.out;
+    EXPECT_NE(b.out.find("cuda graph: 4 step(s) replayed"), std::string::npos) << b.out;
+    testing::TrainOutcome c = testing::run_train(
+        "", args + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --op-breakdown",
+        /*use_gpus=*/true, 300);
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_NE(c.out.find("(step 6)"), std::string::npos) << c.out;
+    EXPECT_NE(c.out.find("cuda graph: step 9 captured"), std::string::npos) << c.out;
+    EXPECT_NE(c.out.find("op breakdown of one step"), std::string::npos) << c.out;
+    EXPECT_EQ(worst_difference(straight, resumed), 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace vitddp
