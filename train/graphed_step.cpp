@@ -30,9 +30,8 @@ namespace vitddp {
 // fault injected into one rank's loss: x * 1 is x, bit for bit). A step with a batch of another
 // shape (a file's short last batch, the same step on every rank) runs eagerly, on every rank: NCCL
 // needs each collective captured on all ranks or on none. The capture waits for a step whose
-// batch has --batch-size images. Settings whose work
-// changes from step to step in ways a replay cannot follow turn the graph off at start, named
-// (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
+// batch has --batch-size images. Settings whose work changes from step to step in ways a replay
+// cannot follow turn the graph off at start, named (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
 // captured step has them; the replays have their step range. The capture (a wait for the GPU,
 // then the host's work for one step, then the instantiation) is timed with its step when
 // --warmup is below 3. The watchdog times each replay from its launch by the host.
@@ -60,14 +59,16 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
 struct GraphedStep::State {
   Tensor images, labels, loss_factor, loss;  // the graph's fixed input and output buffers
   cuda::CapturedGraph graph;
+  ProcessGroupNccl* nccl = nullptr;  // the run's group when it is NCCL's: it watches the replays
 };
 
 GraphedStep::GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group)
     : capture_step_(capture_step),
       batch_size_(batch_size),
       device_(device),
-      group_(group),
-      state_(std::make_unique<State>()) {}
+      state_(std::make_unique<State>()) {
+  state_->nccl = dynamic_cast<ProcessGroupNccl*>(group);
+}
 
 size_t GraphedStep::peak_memory_bytes() const { return cuda::graph_memory_high_bytes(device_); }
 void GraphedStep::reset_peak_memory() { cuda::reset_graph_memory_high(device_); }
@@ -84,26 +85,29 @@ bool GraphedStep::takes(int64_t step, const Tensor& images, const Tensor& labels
 Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels, bool poison_loss,
                         const ForwardBackward& forward_backward, std::ostream& out) {
   State& s = *state_;
-  if (!s.graph.valid()) {
+  const bool capturing = !s.graph.valid();
+  if (capturing) {
     s.images = Tensor::empty(images.shape(), images.dtype(), images.device());
     s.labels = Tensor::empty(labels.shape(), labels.dtype(), labels.device());
     s.loss_factor = Tensor::empty({}, DType::kF32, images.device());
     s.loss = Tensor::empty({}, DType::kF32, images.device());
-    s.images.copy_(images);
-    s.labels.copy_(labels);
-    s.loss_factor.fill_(poison_loss ? std::nan("") : 1.0);
+  }
+  s.images.copy_(images);
+  s.labels.copy_(labels);
+  s.loss_factor.fill_(poison_loss ? std::nan("") : 1.0);
+  if (capturing) {
     // Once, before the capture: the earlier steps' collectives finish and their tensors are
     // released now, not held by the capture for the graph's lifetime (Note [Allocations under
     // capture]).
-    if (auto* nccl = dynamic_cast<ProcessGroupNccl*>(group_)) {
-      nccl->finish_enqueue();
+    if (s.nccl) {
+      s.nccl->finish_enqueue();
       CUDA_CHECK(cudaDeviceSynchronize());
-      nccl->check_health();
+      s.nccl->check_health();
     }
     try {
       s.graph = cuda::CapturedGraph::capture([&] {
         const Tensor loss = forward_backward(s.images, s.labels, s.loss_factor);
-        s.loss.copy_(loss);  // converts: the loss is f32 already
+        s.loss.copy_(loss);
       });
     } catch (const Error& e) {
       // The capture's own failures say so; others (a peer's failure, a timeout) keep their kind.
@@ -117,14 +121,10 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
         << " kernels at their stream's higher priority); it and every later step of the same shapes replay it\n"
         << std::flush;
   } else {
-    s.images.copy_(images);
-    s.labels.copy_(labels);
-    s.loss_factor.fill_(poison_loss ? std::nan("") : 1.0);
     ++replays_;
   }
   s.graph.launch(cuda::current_stream());
-  if (auto* nccl = dynamic_cast<ProcessGroupNccl*>(group_))
-    nccl->watch_current_stream("CUDA graph of step " + std::to_string(step + 1) + " (its bucket collectives)");
+  if (s.nccl) s.nccl->watch_current_stream("CUDA graph of step " + std::to_string(step + 1) + " (its bucket collectives)");
   return s.loss;
 }
 

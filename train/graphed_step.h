@@ -61,7 +61,6 @@ class GraphedStep {
   int64_t capture_step_;
   int64_t batch_size_;
   int device_;
-  ProcessGroup* group_;
   int64_t replays_ = 0;
   std::unique_ptr<State> state_;
 };

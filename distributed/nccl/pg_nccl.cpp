@@ -379,6 +379,14 @@ struct ProcessGroupNccl::Shared {
     while (!in_flight.empty() && in_flight.front().done->query()) in_flight.pop_front();
   }
 
+  // Before something new goes in flight: the group is healthy, the previous collective (if NCCL
+  // was still taking it) is in flight, and finished ones are released. With `mutex` held.
+  void settle(std::chrono::milliseconds timeout) {
+    check(timeout);
+    finish_pending(timeout);
+    release_finished();
+  }
+
   // The pending collective's completion event, recorded on the comm stream (after NCCL's
   // kernel: NCCL has taken it), and the collective in flight. Never frees its tensors (the
   // watchdog may call it); if the record fails they are leaked, as the stream may still read them.
@@ -626,13 +634,12 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
                cuda::current_device(), " current, but the group lives on cuda:", device_);
   const auto issue_start = Clock::now();
   std::lock_guard<std::mutex> lock(shared_->mutex);
-  shared_->check(timeout_);
-  shared_->finish_pending(timeout_);  // the previous collective, if NCCL was still taking it
-  shared_->release_finished();
+  shared_->settle(timeout_);
   const uint64_t seq = next_seq_++;
+  cudaStream_t caller = cuda::current_stream();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(), &capture));
-  ready_.record(cuda::current_stream());
+  CUDA_CHECK(cudaStreamIsCapturing(caller, &capture));
+  ready_.record(caller);
   ready_.block(comm_stream_.get());
   ncclComm_t comm = shared_->comm.get();
   if (capture == cudaStreamCaptureStatusActive) return launch_captured(what, std::move(keep), call, seq, issue_start);
@@ -674,9 +681,7 @@ std::shared_ptr<Work> ProcessGroupNccl::launch_captured(const std::string& what,
 
 void ProcessGroupNccl::watch_current_stream(const std::string& what) {
   std::lock_guard<std::mutex> lock(shared_->mutex);
-  shared_->check(timeout_);
-  shared_->finish_pending(timeout_);
-  shared_->release_finished();
+  shared_->settle(timeout_);
   auto done = std::make_shared<cuda::Event>(cuda::Event::create());
   done->record(cuda::current_stream());
   shared_->in_flight.push_back({next_seq_++, what, Clock::now(), done, {}});

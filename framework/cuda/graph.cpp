@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -115,30 +116,16 @@ void reset_graph_memory_high(int device) {
   CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &zero));
 }
 
-CapturedGraph::CapturedGraph(CapturedGraph&& o) noexcept
-    : graph_(o.graph_),
-      exec_(o.exec_),
-      nodes_(o.nodes_),
-      prioritized_kernels_(o.prioritized_kernels_),
-      ledger_(std::move(o.ledger_)) {
-  o.graph_ = nullptr;
-  o.exec_ = nullptr;
-  o.nodes_ = 0;
-  o.prioritized_kernels_ = 0;
-}
+CapturedGraph::CapturedGraph(CapturedGraph&& o) noexcept { *this = std::move(o); }
 
 CapturedGraph& CapturedGraph::operator=(CapturedGraph&& o) noexcept {
   if (this != &o) {
     reset();
-    graph_ = o.graph_;
-    exec_ = o.exec_;
-    nodes_ = o.nodes_;
-    prioritized_kernels_ = o.prioritized_kernels_;
+    graph_ = std::exchange(o.graph_, nullptr);
+    exec_ = std::exchange(o.exec_, nullptr);
+    nodes_ = std::exchange(o.nodes_, 0);
+    prioritized_kernels_ = std::exchange(o.prioritized_kernels_, 0);
     ledger_ = std::move(o.ledger_);
-    o.graph_ = nullptr;
-    o.exec_ = nullptr;
-    o.nodes_ = 0;
-    o.prioritized_kernels_ = 0;
   }
   return *this;
 }
