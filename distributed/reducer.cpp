@@ -165,6 +165,7 @@ void Reducer::launch(Bucket& bucket) {
     bucket.work = hook_->run(group_, bucket.view);
   }
   if (observer_) observer_->launch_end(bucket.view.index, bucket.info);
+  if (launch_listener_) launch_listener_(bucket.view.index);
 }
 
 void Reducer::copy_out(Bucket& bucket) {

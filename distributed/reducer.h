@@ -8,9 +8,11 @@
 // or, to use each bucket as soon as it is done (distributed/overlapped_update.h):
 //   finalize_deferred()      after backward: unused parameters; no waits
 //   wait_bucket(b)           each bucket, before its gradients are read (or wait_all())
+// and, to follow each launch (distributed/update_in_backward.h): set_launch_listener().
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -94,6 +96,13 @@ class Reducer {
   void set_sync(bool sync) { sync_ = sync; }
   // nullptr: none. Not owned; must outlive its use.
   void set_observer(BucketObserver* observer) { observer_ = observer; }
+  // Called with a bucket's index right after its communication was launched (in launch order,
+  // on the training thread, inside backward's gradient-ready hooks or finalize). Empty: none.
+  using LaunchListener = std::function<void(size_t bucket)>;
+  void set_launch_listener(LaunchListener listener) { launch_listener_ = std::move(listener); }
+  // Whether the next synchronised step may rebuild the buckets (its finalize waits for them all
+  // and may replace them: Note [Bucket rebuild]).
+  bool rebuild_pending() const;
   const std::vector<BucketInfo>& buckets() const { return buckets_; }
   const CommHook& hook() const { return *hook_; }
   CommHook& hook() { return *hook_; }  // its state is restored from checkpoints
@@ -122,7 +131,6 @@ class Reducer {
   void launch_ready_buckets();
   void plan_launch_order();
   void finish_backward();
-  bool rebuild_pending() const;
   void wait_all_then_rebuild();
   void launch(Bucket& bucket);
   void copy_out(Bucket& bucket);
@@ -146,6 +154,7 @@ class Reducer {
   bool sync_ = true;
   bool in_backward_ = false;
   BucketObserver* observer_ = nullptr;
+  LaunchListener launch_listener_;
   bool order_checked_ = false;           // the first synchronised backward has been seen
   int rebuilds_ = 0;
 };

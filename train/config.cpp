@@ -59,6 +59,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "DDP: the step ends when backward is issued; each bucket's optimizer update is applied when the next "
        "forward first uses its parameters, after its all-reduce only, so communication runs on beside the next "
        "forward (weights bit-identical to the plain update at --sm-carveout 0; needs --nonfinite stop)"},
+      {"update-in-backward", &c.update_in_backward,
+       "DDP: each bucket's optimizer update runs right after its communication, on a stream of its own beside the "
+       "rest of backward, instead of in one pass after backward (weights bit-identical to the plain update; needs "
+       "--nonfinite stop and --hook allreduce, or bf16 in bf16 training)"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
        "captured from that step (the optimizer runs after it), so the host issues a step in a few launches; a "
@@ -302,6 +306,14 @@ void TrainConfig::validate() const {
                "forward waits for all of them anyway");
   VITDDP_CHECK(!update_in_forward || nonfinite == "stop", "--update-in-forward applies updates before the step's "
                "gradients have all been scanned; --nonfinite skip needs them all first");
+  VITDDP_CHECK(!(update_in_backward && update_in_forward), "--update-in-backward and --update-in-forward place the "
+               "same updates in two places: choose one");
+  VITDDP_CHECK(!update_in_backward || nonfinite == "stop", "--update-in-backward applies updates before the step's "
+               "gradients have all been scanned; --nonfinite skip needs them all first");
+  VITDDP_CHECK(!update_in_backward || hook == "allreduce" || (hook == "bf16" && precision == "bf16"),
+               "--update-in-backward takes --hook allreduce, or --hook bf16 with --precision bf16: --hook ", hook,
+               (hook != "powersgd" && precision != "bf16" ? " on f32 buckets" : ""), " communicates through buffers of its own, which the "
+               "compute stream would free while the update stream may still read them");
   VITDDP_CHECK(gemm_candidates >= 1 && gemm_candidates <= 256, "--gemm-candidates must be in [1, 256], got ",
                gemm_candidates);
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);

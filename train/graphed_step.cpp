@@ -25,7 +25,9 @@ namespace vitddp {
 // Every later step copies its batch into the graph's input buffers, replays the graph (one
 // launch) and runs the optimizer eagerly after it: its step-dependent constants (AdamW's bias
 // corrections, the learning rate) are kernel arguments computed on the host, and it is a few
-// launches. Replays are bit-identical to eager steps: the same kernels, plans and collectives
+// launches. With --update-in-backward (SGD only) the bucket updates are captured too, beside
+// backward on their own stream (Note [Updates in backward]); the step count and the non-finite
+// report's reset stay on the host, before the replay. Replays are bit-identical to eager steps: the same kernels, plans and collectives
 // on the same addresses (the captured loss is multiplied by a device scalar, 1, or NaN for a
 // fault injected into one rank's loss: x * 1 is x, bit for bit). A step with a batch of another
 // shape (a file's short last batch, the same step on every rank) runs eagerly, on every rank: NCCL
@@ -41,6 +43,9 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
     why.push_back("the run has " + std::to_string(steps) + " step(s): the graph is captured at the third");
   if (c.accumulate > 1) why.push_back("--accumulate " + std::to_string(c.accumulate) + " (one micro-batch a step is captured)");
   if (c.update_in_forward) why.push_back("--update-in-forward (its updates run inside the next step's forward)");
+  if (c.update_in_backward && c.optimizer == "adamw")
+    why.push_back("--update-in-backward with adamw (its bias corrections change every step; the graph would keep "
+                  "the captured step's)");
   if (c.hook == "powersgd")
     why.push_back("--hook powersgd (its plain all-reduce steps, warm start and per-bucket state change from step to step)");
   if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")

@@ -19,6 +19,7 @@
 #include "framework/optim/optimizer.h"
 #include "distributed/hooks/powersgd.h"
 #include "distributed/overlapped_update.h"
+#include "distributed/update_in_backward.h"
 #include "framework/core/nvtx.h"
 #include "framework/core/random.h"
 #include "framework/ops/elementwise.h"
@@ -155,6 +156,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   Ddp ddp = setup_ddp(config, env, device, arena);
   VITDDP_CHECK(!config.update_in_forward || ddp.reducer, "--update-in-forward defers DDP's bucket updates: it needs "
                "data parallelism (--gpus N, --procs N or --ddp)");
+  VITDDP_CHECK(!config.update_in_backward || ddp.reducer, "--update-in-backward updates DDP's buckets as their "
+               "communication ends: it needs data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
                "buckets: it needs data parallelism (--gpus N, --procs N or --ddp)");
   // The run's PowerSGD hook, whose state checkpoints carry; null without one.
@@ -244,7 +247,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), "
         << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB, hook "
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
-        << (config.update_in_forward ? ", updates in the next forward" : "");
+        << (config.update_in_forward ? ", updates in the next forward" : "")
+        << (config.update_in_backward ? ", updates in backward" : "");
     if (ddp.reducer->ready_order_launches() < ddp.reducer->buckets().size())
       out << ", " << ddp.reducer->ready_order_launches() << " buckets launched in ready order and the rest after "
           << "backward, the first layers' first";
@@ -276,6 +280,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     overlapped = std::make_unique<OverlappedUpdate>(*ddp.reducer, *optimizer, arena, model);
     nonfinite_done = nonfinite.flag().clone();
   }
+  // --update-in-backward: each bucket's update follows its communication, beside backward
+  // (Note [Updates in backward] in distributed/update_in_backward.cpp).
+  std::unique_ptr<UpdateInBackward> in_backward;
+  if (config.update_in_backward) in_backward = std::make_unique<UpdateInBackward>(*ddp.reducer, *optimizer, device);
   // Summed over ranks each step (DDP only; one process reads stop_signal() directly).
   Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
   std::shared_ptr<Work> stop_work;  // the step's stop-flag all-reduce, waited for when the step ends
@@ -394,6 +402,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       phase.end_gpu();
       if (overlapped) {
         if (sync) overlapped->after_backward();
+      } else if (in_backward && sync) {
+        in_backward->after_backward();  // the step's updates are done (in stream order)
       } else if (ddp.reducer) {
         ddp.reducer->finalize();
       }
@@ -426,6 +436,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       }
       step_images += batch.images.shape()[0];
       Tensor loss;
+      // Outside the graph: the step count and the non-finite report's reset are the host's.
+      if (in_backward && sync) in_backward->begin_step();
       if (graphed && graphed->takes(step, batch.images, batch.labels)) {
         loss = graphed->run(step, batch.images, batch.labels, poison_loss,
                             [&](const Tensor& images, const Tensor& labels, const Tensor& loss_factor) {
@@ -437,7 +449,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       }
       step_loss = step_loss.defined() ? add(step_loss, loss) : loss;
     }
-    if (overlapped) return step_loss;  // the update runs in the next forward
+    if (overlapped) return step_loss;   // the update runs in the next forward
+    if (in_backward) return step_loss;  // it ran in backward
     TracedPhase phase(tracing, "optimizer step", NvtxColor::kOptimizer);
     // On every rank the same answer: the gradients are all-reduced.
     if (!scan_in_update) nonfinite.run();

@@ -1,0 +1,50 @@
+// UpdateInBackward: each DDP bucket's optimizer update runs as soon as that bucket's
+// communication is done, on a stream of its own beside the rest of backward, instead of in one
+// pass after backward. See Note [Updates in backward] in update_in_backward.cpp.
+//
+//   begin_step()      before the synchronised micro-batch: the optimizer's begin_step() on the
+//                     current stream, outside any CUDA graph capture
+//   (backward)        each bucket launch enqueues the update of the bucket launched before it
+//   after_backward()  instead of reducer.finalize() and optimizer.step(): the last bucket's
+//                     update, then the current stream waits for the updates
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+
+#include "distributed/reducer.h"
+#include "framework/core/dtype.h"
+#include "framework/optim/optimizer.h"
+
+namespace vitddp {
+
+class UpdateInBackward {
+ public:
+  // Follows `reducer`'s launches (its launch listener) until destroyed. The reducer's flat
+  // gradient buffer must be the optimizer's arena's.
+  UpdateInBackward(Reducer& reducer, Optimizer& optimizer, const Device& device);
+  ~UpdateInBackward();
+  UpdateInBackward(const UpdateInBackward&) = delete;
+  UpdateInBackward& operator=(const UpdateInBackward&) = delete;
+
+  void begin_step();
+  void after_backward();
+  // Whether the step begun last updates its buckets in backward (not the step whose finalize
+  // may rebuild the buckets: it updates after backward, as the plain step does).
+  bool in_backward() const { return in_backward_; }
+
+ private:
+  void launched(size_t bucket);
+  void apply(size_t bucket);
+
+  struct Streams;  // GPU: the update stream and the event the current stream joins it by
+  Reducer& reducer_;
+  Optimizer& optimizer_;
+  std::unique_ptr<Streams> streams_;
+  bool stepping_ = false;          // between begin_step() and after_backward()
+  bool in_backward_ = false;
+  std::optional<size_t> lagging_;  // the last bucket launched, its update not enqueued yet
+};
+
+}  // namespace vitddp

@@ -1,0 +1,102 @@
+// `train --update-in-backward` (Note [Updates in backward]) over 2 Gloo ranks: the same weights,
+// bit for bit, as the plain update (SGD with momentum, AdamW, gradient accumulation, gradients
+// copied into buckets, one bucket, unused parameters searched), checkpoints that resume exactly,
+// a NaN that still stops the run at its step, and bad combinations refused before anything
+// starts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include "common/multiprocess.h"
+#include "common/test_utils.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+using Outcome = testing::TrainOutcome;
+Outcome run(const std::string& env, const std::string& args) { return testing::run_train(env, args); }
+
+// A fixed dataset size, so the sampler's order does not depend on --steps.
+const std::string kRun = "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 "
+                         "--bucket-mb 0.05 --print-every 0";
+
+std::string bytes_of(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string losses(const std::string& out) {
+  const size_t at = out.find(" loss ", out.find("summary:"));
+  return at == std::string::npos ? std::string("none") : out.substr(at, out.find(',', at) - at);
+}
+
+TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
+  testing::TempFolder dir("vitddp_uib");
+  for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
+                                     std::string("--optimizer adamw --lr 0.01 --weight-decay 0.05"),
+                                     std::string("--momentum 0.9 --accumulate 2"),
+                                     std::string("--momentum 0.9 --grad-as-bucket-view=false"),
+                                     std::string("--momentum 0.9 --find-unused-parameters"),
+                                     std::string("--momentum 0.9 --bucket-mb 100")}) {
+    SCOPED_TRACE(setting);
+    const std::string args = kRun + " --steps 4 " + setting;
+    Outcome plain = run("", args + " --save " + (dir / "plain.safetensors").string());
+    ASSERT_EQ(plain.code, 0) << plain.out;
+    Outcome updated = run("", args + " --update-in-backward --save " + (dir / "updated.safetensors").string());
+    ASSERT_EQ(updated.code, 0) << updated.out;
+    EXPECT_NE(updated.out.find(", updates in backward"), std::string::npos) << updated.out;
+    const std::string a = bytes_of((dir / "plain.safetensors").string());
+    EXPECT_GT(a.size(), 10000u);
+    EXPECT_TRUE(a == bytes_of((dir / "updated.safetensors").string())) << "the weights differ";
+    EXPECT_EQ(losses(plain.out), losses(updated.out)) << updated.out;
+    EXPECT_NE(losses(plain.out), "none") << plain.out;
+  }
+}
+
+TEST(UpdateInBackward, CheckpointsResumeExactly) {
+  testing::TempFolder dir("vitddp_uib_ckpt");
+  const std::string args = kRun + " --momentum 0.9 --update-in-backward";
+  Outcome straight = run("", args + " --steps 6 --save " + (dir / "straight.safetensors").string());
+  ASSERT_EQ(straight.code, 0) << straight.out;
+  Outcome first = run("", args + " --steps 4 --checkpoint-dir " + (dir / "ckpt").string() + " --checkpoint-every 2");
+  ASSERT_EQ(first.code, 0) << first.out;
+  Outcome resumed = run("", args + " --steps 6 --resume --checkpoint-dir " + (dir / "ckpt").string() + " --save " +
+                                (dir / "resumed.safetensors").string());
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("(step 4)"), std::string::npos) << resumed.out;
+  EXPECT_TRUE(bytes_of((dir / "straight.safetensors").string()) == bytes_of((dir / "resumed.safetensors").string()))
+      << "resumed weights differ from the uninterrupted run";
+}
+
+// In the first step (updated after backward) and in later ones (in backward), the last too.
+TEST(UpdateInBackward, ANanStillStopsTheRunAtItsStep) {
+  for (const auto& [fault, step] : {std::pair<std::string, std::string>{"1:0:nan", "1"}, {"0:2:nan", "3"},
+                                    {"1:3:nan", "4"}}) {
+    Outcome o = run("VITDDP_FAULT=" + fault, kRun + " --steps 4 --update-in-backward");
+    EXPECT_EQ(o.code, 5) << fault << ": " << o.out;
+    EXPECT_NE(o.out.find("step " + step + " (rank 0): non-finite gradient in "), std::string::npos)
+        << fault << ": " << o.out;
+  }
+}
+
+TEST(UpdateInBackward, BadCombinationsAreOneLineAndExitTwo) {
+  for (auto [args, message] :
+       {std::pair<std::string, std::string>{"--procs 2 --update-in-backward --nonfinite skip",
+                                            "--nonfinite skip needs them all first"},
+        {"--procs 2 --update-in-backward --update-in-forward", "choose one"},
+        {"--procs 2 --update-in-backward --hook powersgd", "--hook powersgd communicates through buffers of its own"},
+        {"--procs 2 --update-in-backward --hook bf16", "--hook bf16 on f32 buckets communicates"},
+        {"--update-in-backward", "--update-in-backward updates DDP's buckets as their communication ends: it needs "
+                                 "data parallelism"}}) {
+    Outcome o = run("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
+    EXPECT_EQ(o.code, 2) << args << ": " << o.out;
+    EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
+  }
+}
+
+}  // namespace
+}  // namespace vitddp
