@@ -82,6 +82,12 @@ void UpdateInBackward::apply(size_t bucket) {
   for (const auto& [begin, end] : reducer_.flat_ranges(bucket)) optimizer_.update(begin, end);
 }
 
+void UpdateInBackward::replayed() {
+  VITDDP_CHECK(stepping_ && in_backward_ && !lagging_, "UpdateInBackward: replayed() for a step that did not begin "
+               "with begin_step() or that did not update in backward");
+  stepping_ = false;
+}
+
 void UpdateInBackward::after_backward() {
   VITDDP_CHECK(stepping_, "UpdateInBackward: after_backward() without begin_step()");
   stepping_ = false;

@@ -7,6 +7,8 @@
 //   (backward)        each bucket launch enqueues the update of the bucket launched before it
 //   after_backward()  instead of reducer.finalize() and optimizer.step(): the last bucket's
 //                     update, then the current stream waits for the updates
+//   replayed()        instead of the backward and after_backward(), for a step replayed as a
+//                     CUDA graph
 #pragma once
 
 #include <cstddef>
@@ -30,6 +32,9 @@ class UpdateInBackward {
 
   void begin_step();
   void after_backward();
+  // Instead of the backward: the step ran as a replayed CUDA graph holding its updates (captured
+  // from an earlier step's after_backward()), so the host only closes the step it began.
+  void replayed();
   // Whether the step begun last updates its buckets in backward (not the step whose finalize
   // may rebuild the buckets: it updates after backward, as the plain step does).
   bool in_backward() const { return in_backward_; }

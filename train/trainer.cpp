@@ -439,11 +439,13 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // Outside the graph: the step count and the non-finite report's reset are the host's.
       if (in_backward && sync) in_backward->begin_step();
       if (graphed && graphed->takes(step, batch.images, batch.labels)) {
+        const int64_t replays_before = graphed->replays();
         loss = graphed->run(step, batch.images, batch.labels, poison_loss,
                             [&](const Tensor& images, const Tensor& labels, const Tensor& loss_factor) {
                               return forward_backward(images, labels, /*sync=*/true, /*micro=*/0, loss_factor);
                             },
                             out);
+        if (in_backward && graphed->replays() > replays_before) in_backward->replayed();  // no host backward
       } else {
         loss = forward_backward(batch.images, batch.labels, sync, micro, Tensor());
       }

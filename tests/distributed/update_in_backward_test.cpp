@@ -106,12 +106,22 @@ TEST(UpdateInBackward, EachBucketIsUpdatedDuringBackwardOnceTheNextOneLaunched) 
   s.reducer->set_observer(nullptr);
 }
 
-TEST(UpdateInBackward, CallsOutOfOrderAreRefused) {
+TEST(UpdateInBackward, CallsOutOfOrderAreRefusedAndAReplayClosesItsStep) {
   DdpRun s(false, "sgd");
   UpdateInBackward update(*s.reducer, *s.optimizer, Device::cpu());
   EXPECT_THROW(update.after_backward(), Error);
   update.begin_step();
   EXPECT_THROW(update.begin_step(), Error);
+  // A replayed step closes what begin_step() opened, and only that.
+  update.replayed();
+  EXPECT_THROW(update.replayed(), Error);
+  EXPECT_THROW(update.after_backward(), Error);
+  update.begin_step();
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss(3).backward();
+  update.after_backward();
+  EXPECT_THROW(update.replayed(), Error);
 }
 
 }  // namespace
