@@ -159,6 +159,7 @@ void Reducer::launch(Bucket& bucket) {
           .copy_(grad.contiguous().view_as_shape({grad.numel()}));
     }
   }
+  bucket.finish_told = false;
   if (observer_) observer_->launch_begin(bucket.view.index, bucket.info);
   {
     NvtxRange range(nvtx_allreduce_name(bucket.view.index, bucket.info.bytes), NvtxColor::kComm);
@@ -211,7 +212,8 @@ void Reducer::wait_bucket(size_t b) {
   Bucket& bucket = state_[b];
   if (!bucket.work) return;
   bucket.work->wait();
-  if (!deferred_ && observer_) observer_->bucket_finished(bucket.view.index, bucket.info);
+  if (observer_ && !bucket.finish_told) observer_->bucket_finished(bucket.view.index, bucket.info);
+  bucket.finish_told = true;
   if (!bucket.info.is_view) copy_out(bucket);
   bucket.work.reset();
 }
@@ -233,7 +235,6 @@ std::vector<std::pair<int64_t, int64_t>> Reducer::flat_ranges(size_t b) const {
 bool Reducer::rebuild_pending() const { return options_.rebuild_buckets && !order_checked_; }
 
 void Reducer::wait_all_then_rebuild() {
-  deferred_ = false;
   wait_all();
   if (rebuild_pending()) rebuild_from_ready_order();
 }
@@ -249,11 +250,14 @@ void Reducer::finalize_deferred() {
   finish_backward();
   // The rebuild replaces the buckets: nothing of the old ones may stay in flight.
   if (rebuild_pending()) return wait_all_then_rebuild();
-  deferred_ = true;
-  // An observer hears now, when the waits are left to the caller (on the GPU it reads the
-  // communication stream's own marks; on the CPU this is when the backward ended).
-  if (observer_)
-    for (const Bucket& b : state_) observer_->bucket_finished(b.view.index, b.info);
+  // An observer hears now of buckets not waited for yet, when the waits are left to the caller
+  // (on the GPU it reads the communication stream's own marks; on the CPU this is when the
+  // backward ended). Buckets waited for during backward (distributed/update_in_backward.h)
+  // were told then.
+  for (Bucket& b : state_) {
+    if (observer_ && !b.finish_told) observer_->bucket_finished(b.view.index, b.info);
+    b.finish_told = true;
+  }
 }
 
 // Note [Bucket rebuild]

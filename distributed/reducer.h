@@ -122,6 +122,7 @@ class Reducer {
     GradBucket view;           // what the hook gets
     size_t pending = 0;        // parameters not yet ready in this backward
     std::shared_ptr<Work> work;
+    bool finish_told = false;  // the observer heard bucket_finished for its last launch
   };
   void build_buckets(const BucketAssignment& assignment);
   void rebuild_from_ready_order();
@@ -150,7 +151,6 @@ class Reducer {
   std::vector<size_t> launch_order_;     // bucket indices, in launch order (Note [Launch order])
   size_t next_launch_ = 0;               // position in launch_order_ of the next launch
   size_t in_index_order_ = 0;            // the first launches, in index order
-  bool deferred_ = false;                // the last finalize left the waits to the caller
   bool sync_ = true;
   bool in_backward_ = false;
   BucketObserver* observer_ = nullptr;

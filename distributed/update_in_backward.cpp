@@ -15,14 +15,16 @@ namespace vitddp {
 // enqueued on an update stream right after its communication: the update stream waits for
 // that bucket's collective (Work::wait, so a 16-bit hook's result lands first) and updates the
 // bucket's range of the arena, while the compute stream goes on with backward. Only the last
-// bucket's update is left after backward. After backward the compute stream waits for the
+// bucket's update is left after backward (with the buckets of unused parameters, if any, which
+// launch there). After backward the compute stream waits for the
 // update stream, so the next forward, a checkpoint or the clock's read of the non-finite report
 // sees every update.
 //
 // Why updating a bucket during backward is safe: a parameter's gradient is ready when its
 // AccumulateGrad node runs, after every node that reads the parameter has issued its kernels
 // (a node runs when all its consumers in the graph have); the bucket's collective is ordered
-// after those kernels through the reducer's ready event, and the update after the collective.
+// after those kernels through the process group's ready event (recorded on the compute stream
+// at the launch), and the update after the collective.
 // The update is the same, element by element, as finalize() + step(): bit-identical weights.
 //
 // A bucket's update is enqueued when the next bucket launches, not at its own launch: waiting
@@ -31,8 +33,9 @@ namespace vitddp {
 // The first synchronised step, whose finalize may rebuild the buckets (Note [Bucket rebuild]),
 // updates after backward instead. What it asks: --nonfinite stop (each update reports into
 // the flag; a skip needs every gradient scanned before any update), and hooks that
-// communicate in the bucket itself (all-reduce; bf16 on bf16 buckets), since a hook's own
-// buffer would be freed by the compute stream while the update stream may still read it.
+// communicate in the bucket itself (all-reduce; bf16 on bf16 buckets): a hook's own buffer is
+// freed where its last reference drops (the process group's, once the collective is done, on
+// the compute stream), while the update stream may still read it.
 // Under --cuda-graph the updates are captured with the step: the learning rate and SGD's
 // constants must not change from step to step (AdamW's bias corrections do: no graph).
 struct UpdateInBackward::Streams {
@@ -69,6 +72,7 @@ void UpdateInBackward::begin_step() {
 void UpdateInBackward::launched(size_t bucket) {
   if (!stepping_ || !in_backward_) return;
   if (lagging_) apply(*lagging_);
+  if (lagging_) ++issued_in_backward_;
   lagging_ = bucket;
 }
 
@@ -94,10 +98,12 @@ void UpdateInBackward::after_backward() {
   if (!in_backward_) {  // this step may rebuild the buckets: the plain order
     reducer_.finalize();
     optimizer_.update(0, optimizer_.size());
+    issued_after_backward_ += reducer_.buckets().size();
     return;
   }
   reducer_.finalize_deferred();  // launches the buckets of unused parameters, if any
   if (lagging_) apply(*lagging_);
+  if (lagging_) ++issued_after_backward_;
   lagging_.reset();
 #if VITDDP_WITH_CUDA
   if (streams_) {

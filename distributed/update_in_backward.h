@@ -38,6 +38,11 @@ class UpdateInBackward {
   // Whether the step begun last updates its buckets in backward (not the step whose finalize
   // may rebuild the buckets: it updates after backward, as the plain step does).
   bool in_backward() const { return in_backward_; }
+  // Bucket updates issued so far while backward was still being issued (at the next bucket's
+  // launch), and after it (the last bucket of each step, and every bucket of a step updated
+  // after backward); a replayed step issues none.
+  size_t issued_in_backward() const { return issued_in_backward_; }
+  size_t issued_after_backward() const { return issued_after_backward_; }
 
  private:
   void launched(size_t bucket);
@@ -50,6 +55,8 @@ class UpdateInBackward {
   bool stepping_ = false;          // between begin_step() and after_backward()
   bool in_backward_ = false;
   std::optional<size_t> lagging_;  // the last bucket launched, its update not enqueued yet
+  size_t issued_in_backward_ = 0;
+  size_t issued_after_backward_ = 0;
 };
 
 }  // namespace vitddp

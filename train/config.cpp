@@ -63,9 +63,12 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "DDP: each bucket's optimizer update runs right after its communication, on a stream of its own beside the "
        "rest of backward, instead of in one pass after backward (weights bit-identical to the plain update; needs "
        "--nonfinite stop and --hook allreduce, or bf16 in bf16 training)"},
+      {"nccl-register", &c.nccl_register,
+       "GPU DDP: the gradient buffer comes from ncclMemAlloc and is registered with the communicator, so NCCL's "
+       "all-reduce works on the buckets in place over NVLink instead of through its staging buffers"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
-       "captured from that step (the optimizer runs after it), so the host issues a step in a few launches; a "
+       "captured from that step (the optimizer runs after it, or inside it with --update-in-backward), so the host issues a step in a few launches; a "
        "setting the graph cannot replay says why at start and every step runs eagerly"},
       {"ready-order-share", &c.ready_order_share,
        "DDP: share of the gradient bytes all-reduced in the order backward makes them ready; the remaining buckets "
@@ -265,6 +268,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!op_breakdown || (procs == 0 && device != "cpu"),
                "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
+  VITDDP_CHECK(!nccl_register || (procs == 0 && device != "cpu"),
+               "--nccl-register registers gradients with NCCL: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(!cuda_graph || (procs == 0 && device != "cpu"),
                "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);

@@ -5,6 +5,10 @@
 #include "distributed/comm_hook.h"
 #include "distributed/hooks/powersgd.h"
 #include "framework/core/random.h"
+#if VITDDP_WITH_NCCL
+#include "distributed/nccl/nccl_memory.h"
+#include "distributed/nccl/pg_nccl.h"
+#endif
 
 namespace vitddp {
 namespace {
@@ -40,13 +44,26 @@ std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
   return make_powersgd_hook(options);
 }
 
+bool ddp_runs(const TrainConfig& config, const RankEnvironment& env) { return env.world_size > 1 || config.ddp; }
+
 }  // namespace
+
+Allocator* ddp_grad_allocator(const TrainConfig& config, const RankEnvironment& env, Device device) {
+  if (!config.nccl_register) return nullptr;
+  VITDDP_CHECK(device.is_cuda() && ddp_runs(config, env), "--nccl-register registers DDP's gradient buffer with "
+               "NCCL: it needs GPU data parallelism (--gpus N or --ddp on a GPU)");
+#if VITDDP_WITH_NCCL
+  return &nccl_memory_allocator();
+#else
+  throw Error("--nccl-register needs a build with NCCL");
+#endif
+}
 
 Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device device, ParamArena& arena) {
   Ddp ddp;
   // One process takes the same path with --ddp: a group of one (NCCL or Gloo, whose collectives
   // then complete at once) and the reducer with its hooks, as PyTorch's DDP wrapper on one GPU.
-  if (env.world_size <= 1 && !config.ddp) return ddp;
+  if (!ddp_runs(config, env)) return ddp;
   ProcessGroupOptions options;
   options.rank = env.rank;
   options.world_size = env.world_size;
@@ -55,6 +72,13 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.max_ctas = static_cast<int>(config.sm_carveout);
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
+  if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp
+#if VITDDP_WITH_NCCL
+    auto* nccl = dynamic_cast<ProcessGroupNccl*>(ddp.group.get());
+    VITDDP_CHECK(nccl, "--nccl-register: the process group is not NCCL's");
+    nccl->register_buffer(arena.flat_grads());
+#endif
+  }
   // Every rank starts from rank 0's weights (the master; the 16-bit copy follows it). The host
   // waits for them too: at the start there is nothing to overlap, and the run then makes the
   // rest of its CUDA objects (pinned buffers, cuBLASLt handles and workspaces) with no

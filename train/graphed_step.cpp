@@ -20,8 +20,9 @@ namespace vitddp {
 // the GPU to run it, and with 25 MB buckets over NVLink it sets the pace (docs/performance.md).
 // With --cuda-graph the third step of the process is captured (the first rebuilds the buckets
 // and tunes the products, the second runs as all later ones) from its batch copy to the
-// reducer's last wait: forward, loss, backward with the reducer's hooks, the bucket collectives
-// on the comm stream, the averaging.
+// reducer's last wait (or, with --update-in-backward, the join of the update stream): forward,
+// loss, backward with the reducer's hooks, the bucket collectives on the comm stream, the
+// averaging.
 // Every later step copies its batch into the graph's input buffers, replays the graph (one
 // launch) and runs the optimizer eagerly after it: its step-dependent constants (AdamW's bias
 // corrections, the learning rate) are kernel arguments computed on the host, and it is a few

@@ -152,7 +152,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (!config.init_from.empty()) load_named_tensors(read_safetensors(config.init_from), params, config.init_from);
   // bf16: mixed precision with f32 master weights in the arena (see ParamArena).
   const DType compute_dtype = config.precision == "bf16" ? DType::kBF16 : DType::kF32;
-  ParamArena arena(params, device, compute_dtype);
+  // --nccl-register: the gradients in memory NCCL can register (Note [Registered gradients]).
+  Allocator* const grad_allocator = ddp_grad_allocator(config, env, device);
+  ParamArena arena(params, device, compute_dtype, grad_allocator);
   Ddp ddp = setup_ddp(config, env, device, arena);
   VITDDP_CHECK(!config.update_in_forward || ddp.reducer, "--update-in-forward defers DDP's bucket updates: it needs "
                "data parallelism (--gpus N, --procs N or --ddp)");
@@ -248,7 +250,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB, hook "
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
         << (config.update_in_forward ? ", updates in the next forward" : "")
-        << (config.update_in_backward ? ", updates in backward" : "");
+        << (config.update_in_backward ? ", updates in backward" : "")
+        << (grad_allocator ? ", gradients registered with NCCL" : "");
     if (ddp.reducer->ready_order_launches() < ddp.reducer->buckets().size())
       out << ", " << ddp.reducer->ready_order_launches() << " buckets launched in ready order and the rest after "
           << "backward, the first layers' first";
@@ -550,6 +553,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   const int64_t last_step = stopped_after >= 0 ? stopped_after : total - 1;
   report_through(last_step);
   if (graphed) out << "cuda graph: " << graphed->replays() << " step(s) replayed after the captured one\n";
+  if (in_backward)
+    out << "updates in backward: " << in_backward->issued_in_backward() << " bucket update(s) issued beside backward, "
+        << in_backward->issued_after_backward() << " after it" << (graphed ? " (replays issue none: their updates are "
+        "the captured step's)" : "") << "\n";
   finish_trace();
   if (overlapped) overlapped->flush();  // the last step's updates, before the weights are read or saved
   if (stopped_after >= 0) {
@@ -598,7 +605,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
   // With --cuda-graph the step's activations live in the graph's memory, beside the allocator's.
   result.peak_memory_mib =
-      static_cast<double>(allocator.peak_bytes(device.index) + (graphed ? graphed->peak_memory_bytes() : 0)) /
+      static_cast<double>(allocator.peak_bytes(device.index) + (graphed ? graphed->peak_memory_bytes() : 0) +
+                          (grad_allocator ? grad_allocator->peak_bytes(device.index) : 0)) /
       (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();
   const Utilisation use = utilisation(result.images_per_s / world, run.model.training_flops_per_image(),

@@ -24,10 +24,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::empty_with(const Shape& shape, DType dtype, Allocator& allocator) {
+Tensor Tensor::empty_with(const Shape& shape, DType dtype, Allocator& allocator, Device device) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), Device::cpu(),
-                                    &allocator);
+  impl->storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device, &allocator);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

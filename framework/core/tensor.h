@@ -58,7 +58,7 @@ class Tensor {
   // ---- factories (no autograd history) ----
   static Tensor empty(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu());
   // A CPU tensor whose memory comes from `allocator` (pinned host memory, for instance).
-  static Tensor empty_with(const Shape& shape, DType dtype, Allocator& allocator);
+  static Tensor empty_with(const Shape& shape, DType dtype, Allocator& allocator, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kF32,
                      Device device = Device::cpu());

@@ -30,6 +30,12 @@ double worst_difference(const std::string& a_path, const std::string& b_path) {
 }
 
 // Products chosen by cuBLASLt's heuristic, not by timing: the same in every run.
+int issued_beside_backward(const std::string& out) {
+  const std::string key = "updates in backward: ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::stoi(out.substr(at + key.size()));
+}
+
 const std::string kBase = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 6 "
                           "--print-every 0 --gemm-autotune=false";
 
@@ -49,12 +55,14 @@ TEST(UpdateInBackwardGpu, GivesTheWeightsOfThePlainUpdateEagerlyAndInAGraph) {
     ASSERT_EQ(b.code, 0) << b.out;
     EXPECT_NE(b.out.find(", updates in backward"), std::string::npos) << b.out;
     EXPECT_EQ(worst_difference(plain, eager), 0.0);
+    EXPECT_GE(issued_beside_backward(b.out), 5) << b.out;  // steps 2 to 6, at least one bucket each
     testing::TrainOutcome c =
         testing::run_train("", args + " --update-in-backward --cuda-graph --save " + graphed, true, 300);
     ASSERT_EQ(c.code, 0) << c.out;
     EXPECT_NE(c.out.find("cuda graph: step 3 captured ("), std::string::npos) << c.out;
     EXPECT_NE(c.out.find("cuda graph: 3 step(s) replayed"), std::string::npos) << c.out;
     EXPECT_EQ(worst_difference(plain, graphed), 0.0);
+    EXPECT_GE(issued_beside_backward(c.out), 2) << c.out;  // step 2, eager, and step 3, captured
   }
 }
 

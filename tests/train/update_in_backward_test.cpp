@@ -28,6 +28,13 @@ std::string bytes_of(const std::string& file) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// The bucket updates the run says it issued beside backward (-1 without the line).
+int issued_beside_backward(const std::string& out) {
+  const std::string key = "updates in backward: ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::stoi(out.substr(at + key.size()));
+}
+
 std::string losses(const std::string& out) {
   const size_t at = out.find(" loss ", out.find("summary:"));
   return at == std::string::npos ? std::string("none") : out.substr(at, out.find(',', at) - at);
@@ -48,6 +55,9 @@ TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
     Outcome updated = run("", args + " --update-in-backward --save " + (dir / "updated.safetensors").string());
     ASSERT_EQ(updated.code, 0) << updated.out;
     EXPECT_NE(updated.out.find(", updates in backward"), std::string::npos) << updated.out;
+    // Steps 2 to 4 update all but their last bucket beside backward (step 1 may rebuild).
+    EXPECT_GE(issued_beside_backward(updated.out), setting.find("--bucket-mb 100") == std::string::npos ? 3 : 0)
+        << updated.out;
     const std::string a = bytes_of((dir / "plain.safetensors").string());
     EXPECT_GT(a.size(), 10000u);
     EXPECT_TRUE(a == bytes_of((dir / "updated.safetensors").string())) << "the weights differ";
