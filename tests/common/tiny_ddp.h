@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/fake_group.h"
@@ -11,6 +12,7 @@
 #include "distributed/reducer.h"
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
+#include "framework/optim/optimizer.h"
 #include "models/vit/vit.h"
 
 namespace vitddp::testing {
@@ -36,6 +38,35 @@ struct TinyDdp {
     Generator gen(seed);
     Tensor images = random_tensor({2, 3, 32, 32}, gen, DType::kF32);
     return cross_entropy(model.forward(images), Tensor::from_vector_i64({1, 7}, {2}));
+  }
+};
+
+// Buckets of at most 40000 bytes after a first of 5000 (several for vit_tiny), launched in
+// index order up to `share` of the bytes; `rebuild`: once, after the first backward.
+inline ReducerOptions small_bucket_options(double share = 1.0, bool rebuild = false) {
+  ReducerOptions options;
+  options.bucket_cap_bytes = 40000;
+  options.first_bucket_cap_bytes = 5000;
+  options.ready_order_share = share;
+  options.rebuild_buckets = rebuild;
+  return options;
+}
+
+// With an optimizer over the arena: "sgd" (momentum 0.9, weight decay 0.01) or "adamw".
+struct TinyDdpWithOptimizer : TinyDdp {
+  std::unique_ptr<Optimizer> optimizer;
+
+  TinyDdpWithOptimizer(const ReducerOptions& options, const std::string& optimizer_name) : TinyDdp(options) {
+    optimizer = optimizer_name == "sgd" ? make_sgd(arena, SgdConfig{0.05, 0.9, 0.01})
+                                        : make_adamw(arena, AdamWConfig{0.01, 0.9, 0.999, 1e-8, 0.05});
+  }
+  // One plain DDP step on loss(seed): backward, finalize(), the optimizer's step().
+  void plain_step(uint64_t seed) {
+    arena.zero_grad();
+    reducer->prepare_for_backward();
+    loss(seed).backward();
+    reducer->finalize();
+    optimizer->step();
   }
 };
 

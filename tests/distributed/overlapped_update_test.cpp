@@ -17,23 +17,10 @@
 namespace vitddp {
 namespace {
 
-ReducerOptions options_with_share(double share) {
-  ReducerOptions options;
-  options.bucket_cap_bytes = 40000;
-  options.first_bucket_cap_bytes = 5000;
-  options.ready_order_share = share;
-  options.rebuild_buckets = false;
-  return options;
-}
-
 // The reducer's test setting with an optimizer over its arena.
-struct DdpRun : testing::TinyDdp {
-  std::unique_ptr<Optimizer> optimizer;
-
-  DdpRun(double share, const std::string& optimizer_name) : TinyDdp(options_with_share(share)) {
-    optimizer = optimizer_name == "sgd" ? make_sgd(arena, SgdConfig{0.05, 0.9, 0.01})
-                                        : make_adamw(arena, AdamWConfig{0.01, 0.9, 0.999, 1e-8, 0.05});
-  }
+struct DdpRun : testing::TinyDdpWithOptimizer {
+  DdpRun(double share, const std::string& optimizer_name)
+      : TinyDdpWithOptimizer(testing::small_bucket_options(share), optimizer_name) {}
 };
 
 TEST(LaunchOrder, BucketsPastTheShareGoLastFirst) {
@@ -97,11 +84,7 @@ TEST(OverlappedUpdate, GivesTheWeightsOfFinalizeAndStepAndWaitsForTheForward) {
       OverlappedUpdate update(*overlapped.reducer, *overlapped.optimizer, overlapped.arena, overlapped.model);
       const size_t buckets = overlapped.reducer->buckets().size();
       for (uint64_t step = 0; step < 3; ++step) {
-        plain.arena.zero_grad();
-        plain.reducer->prepare_for_backward();
-        plain.loss(10 + step).backward();
-        plain.reducer->finalize();
-        plain.optimizer->step();
+        plain.plain_step(10 + step);
 
         Tensor loss = overlapped.loss(10 + step);  // applies the last step's updates
         EXPECT_EQ(update.pending(), 0u);

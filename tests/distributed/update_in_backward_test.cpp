@@ -14,21 +14,9 @@
 namespace vitddp {
 namespace {
 
-ReducerOptions small_buckets(bool rebuild) {
-  ReducerOptions options;
-  options.bucket_cap_bytes = 40000;
-  options.first_bucket_cap_bytes = 5000;
-  options.rebuild_buckets = rebuild;
-  return options;
-}
-
-struct DdpRun : testing::TinyDdp {
-  std::unique_ptr<Optimizer> optimizer;
-
-  DdpRun(bool rebuild, const std::string& optimizer_name) : TinyDdp(small_buckets(rebuild)) {
-    optimizer = optimizer_name == "sgd" ? make_sgd(arena, SgdConfig{0.05, 0.9, 0.01})
-                                        : make_adamw(arena, AdamWConfig{0.01, 0.9, 0.999, 1e-8, 0.05});
-  }
+struct DdpRun : testing::TinyDdpWithOptimizer {
+  DdpRun(bool rebuild, const std::string& optimizer_name)
+      : TinyDdpWithOptimizer(testing::small_bucket_options(1.0, rebuild), optimizer_name) {}
 };
 
 // Three steps each way, for SGD with momentum and AdamW, with and without the first step's
@@ -40,11 +28,7 @@ TEST(UpdateInBackward, GivesTheWeightsOfFinalizeAndStep) {
       DdpRun plain(rebuild, name), updated(rebuild, name);
       UpdateInBackward update(*updated.reducer, *updated.optimizer, Device::cpu());
       for (uint64_t step = 0; step < 3; ++step) {
-        plain.arena.zero_grad();
-        plain.reducer->prepare_for_backward();
-        plain.loss(10 + step).backward();
-        plain.reducer->finalize();
-        plain.optimizer->step();
+        plain.plain_step(10 + step);
 
         updated.arena.zero_grad();
         update.begin_step();

@@ -13,25 +13,12 @@
 
 #include "common/ddp_harness.h"
 #include "common/multiprocess.h"
+#include "common/run_checks.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
 
 namespace vitddp {
 namespace {
-
-// The largest difference between the tensors of two weight files (they must hold the same names).
-double worst_difference(const std::string& a_path, const std::string& b_path) {
-  const SafetensorsFile a = read_safetensors(a_path), b = read_safetensors(b_path);
-  EXPECT_EQ(a.tensors.size(), b.tensors.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.tensors.size() && i < b.tensors.size(); ++i) {
-    EXPECT_EQ(a.tensors[i].first, b.tensors[i].first);
-    const std::vector<double> u = a.tensors[i].second.to_vector(), v = b.tensors[i].second.to_vector();
-    EXPECT_EQ(u.size(), v.size()) << a.tensors[i].first;
-    for (size_t k = 0; k < u.size() && k < v.size(); ++k) worst = std::max(worst, std::abs(u[k] - v[k]));
-  }
-  return worst;
-}
 
 // Trains `args` eagerly and with --cuda-graph; both must finish, the graph run must say it
 // captured step 3 and replayed `replays` steps, and the weights must agree bit for bit. Returns
@@ -45,7 +32,7 @@ std::string expect_graph_matches_eager(const std::string& args, const std::strin
   EXPECT_EQ(b.code, 0) << b.out;
   EXPECT_NE(b.out.find("cuda graph: step 3 captured ("), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("cuda graph: " + std::to_string(replays) + " step(s) replayed"), std::string::npos) << b.out;
-  if (a.code == 0 && b.code == 0) EXPECT_EQ(worst_difference(eager, graphed), 0.0);
+  if (a.code == 0 && b.code == 0) EXPECT_EQ(testing::worst_weight_difference(eager, graphed), 0.0);
   std::istringstream lines(b.out);  // the graph's own lines, into the test log
   for (std::string line; std::getline(lines, line);)
     if (line.rfind("cuda graph:", 0) == 0) std::cout << line << "\n";
@@ -144,7 +131,7 @@ TEST(CudaGraphGpu, CheckpointsBetweenReplaysResumeExactly) {
     EXPECT_NE(c.out.find("(step 6)"), std::string::npos) << c.out;
     EXPECT_NE(c.out.find("cuda graph: step 9 captured"), std::string::npos) << c.out;
     EXPECT_NE(c.out.find("op breakdown of one step"), std::string::npos) << c.out;
-    EXPECT_EQ(worst_difference(straight, resumed), 0.0);
+    EXPECT_EQ(testing::worst_weight_difference(straight, resumed), 0.0);
   }
 }
 

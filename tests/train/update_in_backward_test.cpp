@@ -6,10 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 
 #include "common/multiprocess.h"
+#include "common/run_checks.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
 
@@ -23,25 +22,7 @@ Outcome run(const std::string& env, const std::string& args) { return testing::r
 const std::string kRun = "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 "
                          "--bucket-mb 0.05 --print-every 0";
 
-std::string bytes_of(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// The bucket updates the run says it issued beside backward (-1 without the line).
-int issued_beside_backward(const std::string& out) {
-  const std::string key = "updates in backward: ";
-  const size_t at = out.find(key);
-  return at == std::string::npos ? -1 : std::stoi(out.substr(at + key.size()));
-}
-
-std::string losses(const std::string& out) {
-  const size_t at = out.find(" loss ", out.find("summary:"));
-  return at == std::string::npos ? std::string("none") : out.substr(at, out.find(',', at) - at);
-}
-
 TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
-  testing::TempFolder dir("vitddp_uib");
   for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
                                      std::string("--optimizer adamw --lr 0.01 --weight-decay 0.05"),
                                      std::string("--momentum 0.9 --accumulate 2"),
@@ -49,36 +30,18 @@ TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
                                      std::string("--momentum 0.9 --find-unused-parameters"),
                                      std::string("--momentum 0.9 --bucket-mb 100")}) {
     SCOPED_TRACE(setting);
-    const std::string args = kRun + " --steps 4 " + setting;
-    Outcome plain = run("", args + " --save " + (dir / "plain.safetensors").string());
-    ASSERT_EQ(plain.code, 0) << plain.out;
-    Outcome updated = run("", args + " --update-in-backward --save " + (dir / "updated.safetensors").string());
-    ASSERT_EQ(updated.code, 0) << updated.out;
+    const Outcome updated =
+        testing::expect_flags_keep_the_bytes(kRun + " --steps 4 " + setting, "--update-in-backward", "vitddp_uib");
     EXPECT_NE(updated.out.find(", updates in backward"), std::string::npos) << updated.out;
     // Steps 2 to 4 update all but their last bucket beside backward (step 1 may rebuild).
-    EXPECT_GE(issued_beside_backward(updated.out), setting.find("--bucket-mb 100") == std::string::npos ? 3 : 0)
+    EXPECT_GE(testing::updates_issued_beside_backward(updated.out),
+              setting.find("--bucket-mb 100") == std::string::npos ? 3 : 0)
         << updated.out;
-    const std::string a = bytes_of((dir / "plain.safetensors").string());
-    EXPECT_GT(a.size(), 10000u);
-    EXPECT_TRUE(a == bytes_of((dir / "updated.safetensors").string())) << "the weights differ";
-    EXPECT_EQ(losses(plain.out), losses(updated.out)) << updated.out;
-    EXPECT_NE(losses(plain.out), "none") << plain.out;
   }
 }
 
 TEST(UpdateInBackward, CheckpointsResumeExactly) {
-  testing::TempFolder dir("vitddp_uib_ckpt");
-  const std::string args = kRun + " --momentum 0.9 --update-in-backward";
-  Outcome straight = run("", args + " --steps 6 --save " + (dir / "straight.safetensors").string());
-  ASSERT_EQ(straight.code, 0) << straight.out;
-  Outcome first = run("", args + " --steps 4 --checkpoint-dir " + (dir / "ckpt").string() + " --checkpoint-every 2");
-  ASSERT_EQ(first.code, 0) << first.out;
-  Outcome resumed = run("", args + " --steps 6 --resume --checkpoint-dir " + (dir / "ckpt").string() + " --save " +
-                                (dir / "resumed.safetensors").string());
-  ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("(step 4)"), std::string::npos) << resumed.out;
-  EXPECT_TRUE(bytes_of((dir / "straight.safetensors").string()) == bytes_of((dir / "resumed.safetensors").string()))
-      << "resumed weights differ from the uninterrupted run";
+  testing::expect_checkpoints_resume_exactly(kRun + " --momentum 0.9 --update-in-backward", "vitddp_uib_ckpt");
 }
 
 // In the first step (updated after backward) and in later ones (in backward), the last too.

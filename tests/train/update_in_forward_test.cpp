@@ -6,10 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 
 #include "common/multiprocess.h"
+#include "common/run_checks.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
 
@@ -23,54 +22,24 @@ Outcome run(const std::string& env, const std::string& args) { return testing::r
 const std::string kRun = "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 "
                          "--bucket-mb 0.05 --print-every 0";
 
-std::string bytes_of(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
-  testing::TempFolder dir("vitddp_uif");
   for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
                                      std::string("--optimizer adamw --lr 0.01 --weight-decay 0.05"),
                                      std::string("--momentum 0.9 --accumulate 2"),
                                      std::string("--momentum 0.9 --grad-as-bucket-view=false")}) {
     SCOPED_TRACE(setting);
-    const std::string args = kRun + " --steps 4 " + setting;
-    Outcome plain = run("", args + " --save " + (dir / "plain.safetensors").string());
-    ASSERT_EQ(plain.code, 0) << plain.out;
     for (const std::string& mode : {std::string("--update-in-forward"),
                                     std::string("--update-in-forward --ready-order-share 0.3")}) {
       SCOPED_TRACE(mode);
-      Outcome deferred = run("", args + " " + mode + " --save " + (dir / "deferred.safetensors").string());
-      ASSERT_EQ(deferred.code, 0) << deferred.out;
-      const std::string a = bytes_of((dir / "plain.safetensors").string());
-      EXPECT_GT(a.size(), 10000u);
-      EXPECT_TRUE(a == bytes_of((dir / "deferred.safetensors").string())) << "the weights differ";
-      // The same first and last loss too (each step's forward ran on the same weights).
-      auto losses = [](const std::string& out) {
-        const size_t at = out.find(" loss ", out.find("summary:"));
-        return at == std::string::npos ? std::string("none") : out.substr(at, out.find(',', at) - at);
-      };
-      EXPECT_EQ(losses(plain.out), losses(deferred.out)) << deferred.out;
-      EXPECT_NE(losses(plain.out), "none") << plain.out;
+      testing::expect_flags_keep_the_bytes(kRun + " --steps 4 " + setting, mode, "vitddp_uif");
     }
   }
 }
 
 // A checkpoint holds the step's update though it was still pending when the step ended.
 TEST(UpdateInForward, CheckpointsResumeExactly) {
-  testing::TempFolder dir("vitddp_uif_ckpt");
-  const std::string args = kRun + " --momentum 0.9 --update-in-forward --ready-order-share 0.3";
-  Outcome straight = run("", args + " --steps 6 --save " + (dir / "straight.safetensors").string());
-  ASSERT_EQ(straight.code, 0) << straight.out;
-  Outcome first = run("", args + " --steps 4 --checkpoint-dir " + (dir / "ckpt").string() + " --checkpoint-every 2");
-  ASSERT_EQ(first.code, 0) << first.out;
-  Outcome resumed = run("", args + " --steps 6 --resume --checkpoint-dir " + (dir / "ckpt").string() + " --save " +
-                                (dir / "resumed.safetensors").string());
-  ASSERT_EQ(resumed.code, 0) << resumed.out;
-  EXPECT_NE(resumed.out.find("(step 4)"), std::string::npos) << resumed.out;
-  EXPECT_TRUE(bytes_of((dir / "straight.safetensors").string()) == bytes_of((dir / "resumed.safetensors").string()))
-      << "resumed weights differ from the uninterrupted run";
+  testing::expect_checkpoints_resume_exactly(kRun + " --momentum 0.9 --update-in-forward --ready-order-share 0.3",
+                                             "vitddp_uif_ckpt");
 }
 
 TEST(UpdateInForward, ANanStillStopsTheRunAtItsStep) {

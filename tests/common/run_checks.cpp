@@ -1,0 +1,97 @@
+#include "common/run_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "common/multiprocess.h"
+#include "framework/io/safetensors.h"
+
+namespace vitddp::testing {
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string summary_loss(const std::string& out) {
+  const size_t at = out.find(" loss ", out.find("summary:"));
+  return at == std::string::npos ? std::string("none") : out.substr(at, out.find(',', at) - at);
+}
+
+double worst_weight_difference(const std::string& a_path, const std::string& b_path) {
+  const SafetensorsFile a = read_safetensors(a_path), b = read_safetensors(b_path);
+  EXPECT_EQ(a.tensors.size(), b.tensors.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.tensors.size() && i < b.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].first, b.tensors[i].first);
+    const std::vector<double> u = a.tensors[i].second.to_vector(), v = b.tensors[i].second.to_vector();
+    EXPECT_EQ(u.size(), v.size()) << a.tensors[i].first;
+    for (size_t k = 0; k < u.size() && k < v.size(); ++k) worst = std::max(worst, std::abs(u[k] - v[k]));
+  }
+  return worst;
+}
+
+int updates_issued_beside_backward(const std::string& out) {
+  const std::string key = "updates in backward: ";
+  const size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::stoi(out.substr(at + key.size()));
+}
+
+TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::string& flags, const std::string& folder) {
+  TempFolder dir(folder);
+  const std::string plain = (dir / "plain.safetensors").string(), flagged = (dir / "flagged.safetensors").string();
+  const TrainOutcome a = run_train("", args + " --save " + plain);
+  EXPECT_EQ(a.code, 0) << a.out;
+  TrainOutcome b = run_train("", args + " " + flags + " --save " + flagged);
+  EXPECT_EQ(b.code, 0) << b.out;
+  if (a.code != 0 || b.code != 0) return b;
+  EXPECT_GT(file_bytes(plain).size(), 10000u);
+  EXPECT_TRUE(file_bytes(plain) == file_bytes(flagged)) << flags << ": the weights differ";
+  // The same first and last loss too (each step's forward ran on the same weights).
+  EXPECT_EQ(summary_loss(a.out), summary_loss(b.out)) << b.out;
+  EXPECT_NE(summary_loss(a.out), "none") << a.out;
+  return b;
+}
+
+void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus) {
+  TempFolder dir(folder);
+  const std::string straight = (dir / "straight.safetensors").string(), resumed = (dir / "resumed.safetensors").string(),
+                    checkpoints = (dir / "ckpt").string();
+  TrainOutcome a = run_train("", args + " --steps 6 --save " + straight, use_gpus, 300);
+  ASSERT_EQ(a.code, 0) << a.out;
+  TrainOutcome first =
+      run_train("", args + " --steps 4 --checkpoint-dir " + checkpoints + " --checkpoint-every 2", use_gpus, 300);
+  ASSERT_EQ(first.code, 0) << first.out;
+  TrainOutcome b = run_train(
+      "", args + " --steps 6 --resume --checkpoint-dir " + checkpoints + " --save " + resumed, use_gpus, 300);
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("(step 4)"), std::string::npos) << b.out;
+  EXPECT_GT(file_bytes(straight).size(), 10000u);
+  EXPECT_TRUE(file_bytes(straight) == file_bytes(resumed)) << "resumed weights differ from the uninterrupted run";
+}
+
+FlagRuns expect_flags_keep_the_weights(const std::string& args, const std::string& flags, const std::string& folder,
+                                       int replays) {
+  TempFolder dir(folder);
+  const std::string plain = (dir / "plain.safetensors").string(), eager = (dir / "eager.safetensors").string(),
+                    graphed = (dir / "graph.safetensors").string();
+  FlagRuns runs;
+  const TrainOutcome a = run_train("", args + " --save " + plain, true, 300);
+  EXPECT_EQ(a.code, 0) << a.out;
+  runs.eager = run_train("", args + " " + flags + " --save " + eager, true, 300);
+  EXPECT_EQ(runs.eager.code, 0) << runs.eager.out;
+  runs.graphed = run_train("", args + " " + flags + " --cuda-graph --save " + graphed, true, 300);
+  EXPECT_EQ(runs.graphed.code, 0) << runs.graphed.out;
+  EXPECT_NE(runs.graphed.out.find("cuda graph: " + std::to_string(replays) + " step(s) replayed"), std::string::npos)
+      << runs.graphed.out;
+  if (a.code != 0 || runs.eager.code != 0 || runs.graphed.code != 0) return runs;
+  EXPECT_EQ(worst_weight_difference(plain, eager), 0.0) << flags;
+  EXPECT_EQ(worst_weight_difference(plain, graphed), 0.0) << flags << " --cuda-graph";
+  return runs;
+}
+
+}  // namespace vitddp::testing

@@ -1,0 +1,41 @@
+// Checks on what `train` runs leave behind (weights files, their printed summaries), shared by
+// the end-to-end tests that compare a setting against the plain run.
+#pragma once
+
+#include <string>
+
+#include "common/train_process.h"
+
+namespace vitddp::testing {
+
+// The whole file (empty when it cannot be read).
+std::string file_bytes(const std::string& path);
+// " loss A -> B" of the run's summary line, or "none".
+std::string summary_loss(const std::string& out);
+// The largest difference between the tensors of two weight files (EXPECTs the same names and sizes).
+double worst_weight_difference(const std::string& a_path, const std::string& b_path);
+// N of the "updates in backward: N bucket update(s) issued beside backward" line, -1 without it.
+int updates_issued_beside_backward(const std::string& out);
+
+// Trains `args` plainly and with `flags` (CPU ranks; `args` must not set --save), in a temporary
+// folder named `folder`: both must finish, save the same weights byte for byte, and print the
+// same summary loss. Returns the run with `flags`.
+TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::string& flags, const std::string& folder);
+
+// Trains `args` (which must not set --steps, --save or checkpoints) for 6 steps straight, then
+// for 4 with checkpoints every 2 and resumed to 6, in a temporary folder named `folder`: the
+// resumed run must say it resumed at step 4 and save the straight run's weights, byte for byte.
+// `use_gpus`: as run_train's.
+void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus = false);
+
+// Trains `args` plainly, with `flags` and with `flags` plus --cuda-graph (which must then say it
+// replayed `replays` steps), in a temporary folder named `folder`: all three must finish and save
+// the same weights. Returns the two runs with `flags`. GPU runs.
+struct FlagRuns {
+  TrainOutcome eager;
+  TrainOutcome graphed;
+};
+FlagRuns expect_flags_keep_the_weights(const std::string& args, const std::string& flags, const std::string& folder,
+                                       int replays);
+
+}  // namespace vitddp::testing
