@@ -703,8 +703,10 @@ void ProcessGroupNccl::watch_current_stream(const std::string& what) {
 // the peer's: its kernels read the bucket, write the staging buffer, read it back on the other
 // side and write the result, with 24 blocks, beside backward's kernels on the same SMs and
 // memory. With --nccl-register the gradient buffer comes from ncclMemAlloc (memory mapped for
-// the NVLink peers) and is registered here once, so NCCL's kernels work on the buckets in place
-// (NCCL's "intra-node user buffer registration", 2.23 on): fewer bytes moved and fewer blocks.
+// the NVLink peers) and is registered here once, so NCCL may work on the buckets that are views
+// of it in place (NCCL's "intra-node user buffer registration", 2.23 on; its documentation
+// promises fewer bytes moved and fewer SMs). Measured on 2 H200s over NVLink it changes no step
+// rate (docs/performance.md), so it is off by default.
 // A captured collective on it is registered by NCCL itself as well. Registration is a
 // collective setup step: every rank registers a buffer of the same layout, and collectives on
 // slices of it keep the same offsets on every rank (DDP's bucket views do).
