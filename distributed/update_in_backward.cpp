@@ -38,6 +38,8 @@ namespace vitddp {
 // the compute stream), while the update stream may still read it.
 // Under --cuda-graph the updates are captured with the step: the learning rate and SGD's
 // constants must not change from step to step (AdamW's bias corrections do: no graph).
+// Measured on 2 H200s (docs/performance.md) it does not pay over NVLink in bf16, where the
+// updates slow backward's products about as much as they save: off by default.
 struct UpdateInBackward::Streams {
 #if VITDDP_WITH_CUDA
   cuda::Stream update;
