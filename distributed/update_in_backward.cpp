@@ -16,9 +16,8 @@ namespace vitddp {
 // that bucket's collective (Work::wait, so a 16-bit hook's result lands first) and updates the
 // bucket's range of the arena, while the compute stream goes on with backward. Only the last
 // bucket's update is left after backward (with the buckets of unused parameters, if any, which
-// launch there). After backward the compute stream waits for the
-// update stream, so the next forward, a checkpoint or the clock's read of the non-finite report
-// sees every update.
+// launch there). After backward the compute stream waits for the update stream, so the next
+// forward, a checkpoint or the clock's read of the non-finite report sees every update.
 //
 // Why updating a bucket during backward is safe: a parameter's gradient is ready when its
 // AccumulateGrad node runs, after every node that reads the parameter has issued its kernels
@@ -38,8 +37,8 @@ namespace vitddp {
 // the compute stream), while the update stream may still read it.
 // Under --cuda-graph the updates are captured with the step: the learning rate and SGD's
 // constants must not change from step to step (AdamW's bias corrections do: no graph).
-// Measured on 2 H200s (docs/performance.md) it does not pay over NVLink in bf16, where the
-// updates slow backward's products about as much as they save: off by default.
+// Measured on 2 H200s (docs/performance.md) it does not pay over NVLink in bf16 (likely, not
+// traced: the updates slow backward's products about as much as they save): off by default.
 struct UpdateInBackward::Streams {
 #if VITDDP_WITH_CUDA
   cuda::Stream update;
