@@ -72,8 +72,10 @@ void UpdateInBackward::begin_step() {
 
 void UpdateInBackward::launched(size_t bucket) {
   if (!stepping_ || !in_backward_) return;
-  if (lagging_) apply(*lagging_);
-  if (lagging_) ++issued_in_backward_;
+  if (lagging_) {
+    apply(*lagging_);
+    ++issued_in_backward_;
+  }
   lagging_ = bucket;
 }
 
@@ -103,8 +105,10 @@ void UpdateInBackward::after_backward() {
     return;
   }
   reducer_.finalize_deferred();  // launches the buckets of unused parameters, if any
-  if (lagging_) apply(*lagging_);
-  if (lagging_) ++issued_after_backward_;
+  if (lagging_) {
+    apply(*lagging_);
+    ++issued_after_backward_;
+  }
   lagging_.reset();
 #if VITDDP_WITH_CUDA
   if (streams_) {

@@ -3,7 +3,6 @@
 #include <nccl.h>
 
 #include <array>
-#include <atomic>
 #include <string>
 
 #include "distributed/nccl/nccl_check.h"
@@ -27,29 +26,25 @@ class NcclMemoryAllocator final : public Allocator {
     if (result != ncclSuccess)
       throw Error("ncclMemAlloc of " + std::to_string(nbytes) + " bytes on cuda:" + std::to_string(device) +
                   " failed: " + ncclGetErrorString(result) + " (--nccl-register needs it; run without it)");
-    const size_t now = current_[device].fetch_add(nbytes) + nbytes;
-    for (size_t peak = peak_[device].load(); now > peak && !peak_[device].compare_exchange_weak(peak, now);) {
-    }
+    bytes_[device].add(nbytes);
     return ptr;
   }
 
   void deallocate(void* ptr, size_t nbytes, int device) noexcept override {
     if (!ptr) return;
-    int previous = device;
-    CUDA_WARN(cudaGetDevice(&previous));
-    if (previous != device) CUDA_WARN(cudaSetDevice(device));
-    NCCL_WARN(ncclMemFree(ptr));
-    if (previous != device) CUDA_WARN(cudaSetDevice(previous));
-    current_[device].fetch_sub(nbytes);
+    {
+      cuda::DeviceScope scope(device);
+      NCCL_WARN(ncclMemFree(ptr));
+    }
+    bytes_[device].sub(nbytes);
   }
 
-  size_t current_bytes(int device) const override { return current_[device].load(); }
-  size_t peak_bytes(int device) const override { return peak_[device].load(); }
-  void reset_peak(int device) override { peak_[device].store(current_[device].load()); }
+  size_t current_bytes(int device) const override { return bytes_[device].current(); }
+  size_t peak_bytes(int device) const override { return bytes_[device].peak(); }
+  void reset_peak(int device) override { bytes_[device].reset_peak(); }
 
  private:
-  std::array<std::atomic<size_t>, kMaxDevices> current_{};
-  std::array<std::atomic<size_t>, kMaxDevices> peak_{};
+  std::array<ByteCounter, kMaxDevices> bytes_;
 };
 
 }  // namespace

@@ -76,20 +76,7 @@ ncclResult_t wait_for_nccl(ncclComm_t comm, std::chrono::milliseconds timeout) {
   }
 }
 
-// Makes `device` current for the scope (CUDA's current device is per thread).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    CUDA_WARN(cudaGetDevice(&previous_));
-    if (previous_ != device) CUDA_WARN(cudaSetDevice(device));
-  }
-  ~DeviceScope() { CUDA_WARN(cudaSetDevice(previous_)); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using cuda::DeviceScope;  // CUDA's current device is per thread
 
 ncclDataType_t nccl_dtype(DType dtype) {
   switch (dtype) {

@@ -19,23 +19,19 @@ class CpuAllocator final : public Allocator {
     size_t rounded = (nbytes + 63) / 64 * 64;
     void* ptr = std::aligned_alloc(64, rounded);
     if (!ptr) throw Error("out of host memory allocating " + std::to_string(nbytes) + " bytes");
-    size_t now = current_.fetch_add(nbytes) + nbytes;
-    size_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+    bytes_.add(nbytes);
     return ptr;
   }
   void deallocate(void* ptr, size_t nbytes, int) noexcept override {
     std::free(ptr);
-    current_.fetch_sub(nbytes);
+    bytes_.sub(nbytes);
   }
-  size_t current_bytes(int) const override { return current_.load(); }
-  size_t peak_bytes(int) const override { return peak_.load(); }
-  void reset_peak(int) override { peak_.store(current_.load()); }
+  size_t current_bytes(int) const override { return bytes_.current(); }
+  size_t peak_bytes(int) const override { return bytes_.peak(); }
+  void reset_peak(int) override { bytes_.reset_peak(); }
 
  private:
-  std::atomic<size_t> current_{0};
-  std::atomic<size_t> peak_{0};
+  ByteCounter bytes_;
 };
 
 }  // namespace

@@ -67,7 +67,7 @@ class AsyncPoolAllocator final : public Allocator {
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       throw Error("out of memory on cuda:" + std::to_string(device) + " allocating " + std::to_string(nbytes) +
-                  " bytes (" + std::to_string(current_[device].load()) + " bytes in use)");
+                  " bytes (" + std::to_string(bytes_[device].current()) + " bytes in use)");
     }
     CUDA_CHECK(err);
     if (t_ledger) {  // graph memory: not counted here (Note [Allocations under capture])
@@ -75,10 +75,7 @@ class AsyncPoolAllocator final : public Allocator {
       t_ledger->made_bytes += nbytes;
       return ptr;
     }
-    size_t now = current_[device].fetch_add(nbytes) + nbytes;
-    size_t peak = peak_[device].load();
-    while (now > peak && !peak_[device].compare_exchange_weak(peak, now)) {
-    }
+    bytes_[device].add(nbytes);
     return ptr;
   }
 
@@ -111,25 +108,22 @@ class AsyncPoolAllocator final : public Allocator {
       if (g_dropped.erase(ptr) > 0) return;
     }
     free_on_current_stream(ptr, device);
-    current_[device].fetch_sub(nbytes);
+    bytes_[device].sub(nbytes);
   }
 
   static void free_on_current_stream(void* ptr, int device) noexcept {
-    int previous = 0;
-    CUDA_WARN(cudaGetDevice(&previous));
-    if (previous != device) CUDA_WARN(cudaSetDevice(device));
+    DeviceScope scope(device);
     cudaStream_t stream = nullptr;
     try {
       stream = current_stream();
     } catch (...) {
     }
     CUDA_WARN(cudaFreeAsync(ptr, stream));
-    if (previous != device) CUDA_WARN(cudaSetDevice(previous));
   }
 
-  size_t current_bytes(int device) const override { return current_[device].load(); }
-  size_t peak_bytes(int device) const override { return peak_[device].load(); }
-  void reset_peak(int device) override { peak_[device].store(current_[device].load()); }
+  size_t current_bytes(int device) const override { return bytes_[device].current(); }
+  size_t peak_bytes(int device) const override { return bytes_[device].peak(); }
+  void reset_peak(int device) override { bytes_[device].reset_peak(); }
 
  private:
   static void configure_pool(int device) {
@@ -147,8 +141,7 @@ class AsyncPoolAllocator final : public Allocator {
 
   bool poison_ = false;
   std::array<std::once_flag, kMaxDevices> pool_once_;
-  std::array<std::atomic<size_t>, kMaxDevices> current_{};
-  std::array<std::atomic<size_t>, kMaxDevices> peak_{};
+  std::array<ByteCounter, kMaxDevices> bytes_;
 };
 
 }  // namespace

@@ -88,6 +88,16 @@ int current_device() {
 
 void set_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
 
+DeviceScope::DeviceScope(int device) noexcept {
+  CUDA_WARN(cudaGetDevice(&previous_));
+  switched_ = previous_ != device;
+  if (switched_) CUDA_WARN(cudaSetDevice(device));
+}
+
+DeviceScope::~DeviceScope() {
+  if (switched_) CUDA_WARN(cudaSetDevice(previous_));
+}
+
 cudaStream_t current_stream() {
   int d = current_device();
   return t_has_current[d] ? t_current[d] : default_stream(d);

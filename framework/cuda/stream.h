@@ -79,4 +79,18 @@ class ForkedStreamScope {
 int current_device();
 void set_device(int device);
 
+// Makes `device` current for the scope and the previous one current again after it, only
+// warning on failure (for destructors and frees).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) noexcept;
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 }  // namespace vitddp::cuda
