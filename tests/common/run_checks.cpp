@@ -59,8 +59,8 @@ TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::str
 
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus) {
   TempFolder dir(folder);
-  const std::string straight = (dir / "straight.safetensors").string(), resumed = (dir / "resumed.safetensors").string(),
-                    checkpoints = (dir / "ckpt").string();
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string(), checkpoints = (dir / "ckpt").string();
   TrainOutcome a = run_train("", args + " --steps 6 --save " + straight, use_gpus, 300);
   ASSERT_EQ(a.code, 0) << a.out;
   TrainOutcome first =

@@ -8,6 +8,12 @@
 
 namespace vitddp::testing {
 
+// Two Gloo ranks training vit_tiny in several small buckets on a fixed dataset size, so the
+// sampler's order does not depend on --steps: the DDP update settings' CPU comparisons.
+inline const std::string kTwoTinyGlooRanks =
+    "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 --bucket-mb 0.05 "
+    "--print-every 0";
+
 // The whole file (empty when it cannot be read).
 std::string file_bytes(const std::string& path);
 // " loss A -> B" of the run's summary line, or "none".

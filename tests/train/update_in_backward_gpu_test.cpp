@@ -53,8 +53,9 @@ TEST(UpdateInBackwardGpu, AdamWTrainsEagerlyAndSaysWhyThereIsNoGraph) {
 
 TEST(UpdateInBackwardGpu, ANanInAReplayStopsTheRunAtItsStep) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  testing::TrainOutcome o = testing::run_train(
-      "VITDDP_FAULT=1:4:nan", kBase + " --precision bf16 --bucket-mb 0.05 --update-in-backward --cuda-graph", true, 300);
+  testing::TrainOutcome o =
+      testing::run_train("VITDDP_FAULT=1:4:nan",
+                         kBase + " --precision bf16 --bucket-mb 0.05 --update-in-backward --cuda-graph", true, 300);
   EXPECT_EQ(o.code, 5) << o.out;
   EXPECT_NE(o.out.find("cuda graph: step 3 captured"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("step 5 (rank 0): non-finite gradient in "), std::string::npos) << o.out;

@@ -15,12 +15,8 @@
 namespace vitddp {
 namespace {
 
+using testing::kTwoTinyGlooRanks;
 using Outcome = testing::TrainOutcome;
-Outcome run(const std::string& env, const std::string& args) { return testing::run_train(env, args); }
-
-// A fixed dataset size, so the sampler's order does not depend on --steps.
-const std::string kRun = "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 "
-                         "--bucket-mb 0.05 --print-every 0";
 
 TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
   for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
@@ -31,7 +27,8 @@ TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
                                      std::string("--momentum 0.9 --bucket-mb 100")}) {
     SCOPED_TRACE(setting);
     const Outcome updated =
-        testing::expect_flags_keep_the_bytes(kRun + " --steps 4 " + setting, "--update-in-backward", "vitddp_uib");
+        testing::expect_flags_keep_the_bytes(kTwoTinyGlooRanks + " --steps 4 " + setting, "--update-in-backward",
+                                             "vitddp_uib");
     EXPECT_NE(updated.out.find(", updates in backward"), std::string::npos) << updated.out;
     // Steps 2 to 4 update all but their last bucket beside backward (step 1 may rebuild).
     EXPECT_GE(testing::updates_issued_beside_backward(updated.out),
@@ -41,14 +38,15 @@ TEST(UpdateInBackward, GivesTheWeightsOfThePlainUpdate) {
 }
 
 TEST(UpdateInBackward, CheckpointsResumeExactly) {
-  testing::expect_checkpoints_resume_exactly(kRun + " --momentum 0.9 --update-in-backward", "vitddp_uib_ckpt");
+  testing::expect_checkpoints_resume_exactly(kTwoTinyGlooRanks + " --momentum 0.9 --update-in-backward",
+                                             "vitddp_uib_ckpt");
 }
 
 // In the first step (updated after backward) and in later ones (in backward), the last too.
 TEST(UpdateInBackward, ANanStillStopsTheRunAtItsStep) {
   for (const auto& [fault, step] : {std::pair<std::string, std::string>{"1:0:nan", "1"}, {"0:2:nan", "3"},
                                     {"1:3:nan", "4"}}) {
-    Outcome o = run("VITDDP_FAULT=" + fault, kRun + " --steps 4 --update-in-backward");
+    Outcome o = testing::run_train("VITDDP_FAULT=" + fault, kTwoTinyGlooRanks + " --steps 4 --update-in-backward");
     EXPECT_EQ(o.code, 5) << fault << ": " << o.out;
     EXPECT_NE(o.out.find("step " + step + " (rank 0): non-finite gradient in "), std::string::npos)
         << fault << ": " << o.out;
@@ -64,7 +62,7 @@ TEST(UpdateInBackward, BadCombinationsAreOneLineAndExitTwo) {
         {"--procs 2 --update-in-backward --hook bf16", "--hook bf16 on f32 buckets communicates"},
         {"--update-in-backward", "--update-in-backward updates DDP's buckets as their communication ends: it needs "
                                  "data parallelism"}}) {
-    Outcome o = run("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
+    Outcome o = testing::run_train("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
     EXPECT_EQ(o.code, 2) << args << ": " << o.out;
     EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
     EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;

@@ -15,12 +15,8 @@
 namespace vitddp {
 namespace {
 
+using testing::kTwoTinyGlooRanks;
 using Outcome = testing::TrainOutcome;
-Outcome run(const std::string& env, const std::string& args) { return testing::run_train(env, args); }
-
-// A fixed dataset size, so the sampler's order does not depend on --steps.
-const std::string kRun = "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 "
-                         "--bucket-mb 0.05 --print-every 0";
 
 TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
   for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
@@ -31,23 +27,23 @@ TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
     for (const std::string& mode : {std::string("--update-in-forward"),
                                     std::string("--update-in-forward --ready-order-share 0.3")}) {
       SCOPED_TRACE(mode);
-      testing::expect_flags_keep_the_bytes(kRun + " --steps 4 " + setting, mode, "vitddp_uif");
+      testing::expect_flags_keep_the_bytes(kTwoTinyGlooRanks + " --steps 4 " + setting, mode, "vitddp_uif");
     }
   }
 }
 
 // A checkpoint holds the step's update though it was still pending when the step ended.
 TEST(UpdateInForward, CheckpointsResumeExactly) {
-  testing::expect_checkpoints_resume_exactly(kRun + " --momentum 0.9 --update-in-forward --ready-order-share 0.3",
-                                             "vitddp_uif_ckpt");
+  testing::expect_checkpoints_resume_exactly(
+      kTwoTinyGlooRanks + " --momentum 0.9 --update-in-forward --ready-order-share 0.3", "vitddp_uif_ckpt");
 }
 
 TEST(UpdateInForward, ANanStillStopsTheRunAtItsStep) {
-  Outcome o = run("VITDDP_FAULT=1:1:nan", kRun + " --steps 4 --update-in-forward");
+  Outcome o = testing::run_train("VITDDP_FAULT=1:1:nan", kTwoTinyGlooRanks + " --steps 4 --update-in-forward");
   EXPECT_EQ(o.code, 5) << o.out;
   EXPECT_NE(o.out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
   // And at the last step, whose updates are applied only after the loop.
-  o = run("VITDDP_FAULT=0:3:nan", kRun + " --steps 4 --update-in-forward");
+  o = testing::run_train("VITDDP_FAULT=0:3:nan", kTwoTinyGlooRanks + " --steps 4 --update-in-forward");
   EXPECT_EQ(o.code, 5) << o.out;
   EXPECT_NE(o.out.find("step 4 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
 }
@@ -59,7 +55,7 @@ TEST(UpdateInForward, BadCombinationsAreOneLineAndExitTwo) {
         {"--procs 2 --ready-order-share 0.5", "without --update-in-forward"},
         {"--procs 2 --update-in-forward --nonfinite skip", "--nonfinite skip needs them all first"},
         {"--update-in-forward", "--update-in-forward defers DDP's bucket updates: it needs data parallelism"}}) {
-    Outcome o = run("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
+    Outcome o = testing::run_train("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
     EXPECT_EQ(o.code, 2) << args << ": " << o.out;
     EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
     EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
