@@ -44,6 +44,10 @@ struct ProcessGroupOptions {
   // NCCL: at most this many thread blocks (SMs) per collective (ncclConfig_t::maxCTAs); 0: NCCL's
   // choice. See --sm-carveout.
   int max_ctas = 0;
+  // NCCL, more than one rank on one host: all-reduces of f32/bf16/f16 go through pinned shared
+  // host memory and the copy engines instead of NCCL (distributed/nccl/host_copy_transport.h;
+  // --host-copy-allreduce). Other collectives stay NCCL's. Not capturable in a CUDA graph.
+  bool host_copy_allreduce = false;
 };
 
 class ProcessGroup {

@@ -88,6 +88,22 @@ if [ "${OP_PROBE:-0}" = 1 ]; then
     done
   done
 fi
+# HOST_COPY_PROBE=1: P2P off, the all-reduce through shared host memory and the copy engines (--host-copy,
+# Note [Host-copy all-reduce]) beside NCCL's shared-memory transport, sum and DDP's average, f32 and bf16, at
+# 25 MiB, 100 MiB and one step's gradients: the link rate its P2P-off rows are held against.
+if [ "${HOST_COPY_PROBE:-0}" = 1 ]; then
+  for dtype in f32 bf16; do
+    step_bytes=$([ "$dtype" = f32 ] && echo 1226141600 || echo 613070800)
+    for variant in "nccl:" "host_copy:--host-copy"; do
+      tag=${variant%%:*}; flag=${variant#*:}
+      for op in sum avg; do
+        NCCL_P2P_DISABLE=1 timeout 120 build-gpu/bin/train bench allreduce --gpus 2 --dtype "$dtype" --op "$op" $flag \
+          --sizes "25M,100M,$step_bytes" --timeout 30 > "$OUT/${tag}_${op}_$dtype.md" 2>&1
+        echo "all-reduce, P2P off, $tag, $dtype, $op: exit $?"; grep -E "^\| [0-9]|rror" "$OUT/${tag}_${op}_$dtype.md" | head -4
+      done
+    done
+  done
+fi
 # OP_PROBE_ENVS="TAG:VAR=V,VAR=V ...": the P2P-off bf16 sum probe once per variant of NCCL's settings (channels,
 # buffer sizes), to see whether the link the P2P-off rows are held against can carry more. Commas separate the
 # variables, so a value cannot hold one.

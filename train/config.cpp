@@ -66,6 +66,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"nccl-register", &c.nccl_register,
        "GPU DDP: the gradient buffer comes from ncclMemAlloc and is registered with the communicator, so NCCL's "
        "all-reduce works on the buckets in place over NVLink instead of through its staging buffers"},
+      {"host-copy-allreduce", &c.host_copy_allreduce,
+       "GPU DDP on one host: all-reduces go through pinned shared host memory, moved by the copy engines and paced "
+       "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
+       "peer access: NCCL_P2P_DISABLE=1, PCIe servers); not capturable: --cuda-graph is turned off"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
        "captured from that step (the optimizer runs after it, or inside it with --update-in-backward), so the host issues a step in a few launches; a "
@@ -270,6 +274,9 @@ void TrainConfig::validate() const {
                "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(!nccl_register || (procs == 0 && device != "cpu"),
                "--nccl-register registers gradients with NCCL: it needs a GPU, not --procs or --device cpu");
+  VITDDP_CHECK(!host_copy_allreduce || (procs == 0 && device != "cpu"),
+               "--host-copy-allreduce moves GPU buffers with the copy engines: it needs a GPU, not --procs or --device "
+               "cpu");
   VITDDP_CHECK(!cuda_graph || (procs == 0 && device != "cpu"),
                "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);

@@ -61,6 +61,9 @@ Allocator* ddp_grad_allocator(const TrainConfig& config, const RankEnvironment& 
 
 Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device device, ParamArena& arena) {
   Ddp ddp;
+  VITDDP_CHECK(!config.host_copy_allreduce || (device.is_cuda() && ddp_runs(config, env)),
+               "--host-copy-allreduce carries DDP's all-reduces: it needs GPU data parallelism (--gpus N or --ddp on a "
+               "GPU)");
   // One process takes the same path with --ddp: a group of one (NCCL or Gloo, whose collectives
   // then complete at once) and the reducer with its hooks, as PyTorch's DDP wrapper on one GPU.
   if (!ddp_runs(config, env)) return ddp;
@@ -70,6 +73,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.rendezvous = env.rendezvous;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout * 1000));
   options.max_ctas = static_cast<int>(config.sm_carveout);
+  options.host_copy_allreduce = config.host_copy_allreduce;  // Note [Host-copy all-reduce]
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
   if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp

@@ -55,6 +55,8 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   if (c.dropout > 0) why.push_back("--dropout (each step draws its masks from a counter kept on the host)");
   if (!c.trace.empty()) why.push_back("--trace (its marks are recorded by the host in every step)");
   if (c.launch_window > 0) why.push_back("--launch-window (its waits for the GPU cannot be captured)");
+  if (c.host_copy_allreduce)
+    why.push_back("--host-copy-allreduce (its copies wait on counters that advance with every all-reduce)");
   std::string out;
   for (const std::string& w : why) out += (out.empty() ? "" : "; ") + w;
   return out;

@@ -30,7 +30,8 @@ struct CopyStep {
     kSignalConsumed,  // ring (peer -> this rank): `consumed` = value
     kReduce,          // buffer[offset, offset + count) += staging; times the scale when `last`
     kMarkReduced,     // chunk `chunk` of this rank's part is reduced
-    kWaitReduced,     // wait for kMarkReduced of chunk `chunk` (on the other stream)
+    kWaitReduced,     // wait for kMarkReduced of chunk `chunk` (on the other stream; CUDA's
+                      // executor must issue that mark first: an event wait sees the latest record)
   };
   Kind kind;
   int peer = -1;

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "distributed/file_store.h"
+#include "distributed/nccl/host_copy_transport.h"
 #include "distributed/nccl/nccl_check.h"
 #include "distributed/wait_board.h"
 #include "framework/core/thread_stacks.h"
@@ -269,10 +270,14 @@ struct ProcessGroupNccl::Shared {
   // been in flight for kWaitReportAfter, is posted by the watchdog (outside the mutex).
   std::unique_ptr<WaitBoard> board;
   int64_t posted_seq = -1;
+  // --host-copy-allreduce: the all-reduces' transport (Note [Host-copy all-reduce]); its waits
+  // are released when the group fails, so its streams drain.
+  std::unique_ptr<HostCopyTransport> host_copy;
 
   // All below: with `mutex` held.
   [[noreturn]] void fail(const Error& error) {
     failure = error;
+    if (host_copy) host_copy->release_waits();
     comm.abort(error.what());
     throw error;
   }
@@ -508,6 +513,16 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   if (options.world_size > 1)
     shared_->board = std::make_unique<WaitBoard>(options.rendezvous, "nccl" + std::to_string(instance), options.rank,
                                                  options.world_size);
+  if (options.host_copy_allreduce && options.world_size > 1) {
+    HostCopyOptions host_copy;
+    host_copy.rank = options.rank;
+    host_copy.world_size = options.world_size;
+    host_copy.device = device_;
+    host_copy.rendezvous = options.rendezvous;
+    host_copy.key_prefix = "nccl" + std::to_string(instance) + "/";
+    host_copy.timeout = options.timeout;
+    shared_->host_copy = std::make_unique<HostCopyTransport>(host_copy);
+  }
 
   int least_priority = 0, greatest_priority = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
@@ -561,20 +576,33 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   shared_->comm = NcclComm();
   // After an abort the comm stream may still hold work that reads the kept tensors: release
   // them only once it is idle, and leak them (never reuse the memory) if it does not get there.
-  const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
-  cudaError_t status = cudaErrorNotReady;
-  while ((status = cudaStreamQuery(comm_stream_.get())) == cudaErrorNotReady && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto wait_until_idle = [&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
+    cudaError_t status = cudaErrorNotReady;
+    while ((status = cudaStreamQuery(comm_stream_.get())) == cudaErrorNotReady && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return status;
+  };
+  cudaError_t status = wait_until_idle();
+  if (status == cudaErrorNotReady && shared_->host_copy) {
+    // Host-copy waits for a peer that will not come (it left without a failure seen here).
+    shared_->host_copy->release_waits();
+    status = wait_until_idle();
+  }
   if (status == cudaErrorNotReady) {
     std::fprintf(stderr, "vitddp: warning: the NCCL stream is still busy at teardown; leaking its buffers\n");
     (void)new std::deque<Shared::InFlight>(std::move(shared_->in_flight));
+    (void)shared_->host_copy.release();  // its registered memory may still be read
     return;
   }
   if (status != cudaSuccess) {
     std::fprintf(stderr, "vitddp: warning: the NCCL stream failed: %s\n", cudaGetErrorString(status));
   }
   shared_->in_flight.clear();
+  shared_->host_copy.reset();
 }
+
+std::string ProcessGroupNccl::backend() const { return shared_->host_copy ? "nccl+host-copy" : "nccl"; }
 
 // ---- the watchdog ----
 
@@ -732,6 +760,18 @@ std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp
   void* data = tensor.data_ptr();
   const std::string what =
       detail::concat("allreduce(", tensor.description(), ", ", op == ReduceOp::kSum ? "sum" : "avg", ")");
+  if (shared_->host_copy && HostCopyTransport::supports(tensor.dtype())) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(), &capture));
+    VITDDP_CHECK(capture == cudaStreamCaptureStatusNone, "ProcessGroupNccl: the host-copy all-reduce cannot be ",
+                 "captured in a CUDA graph (its counters advance with every collective)");
+    HostCopyTransport* host_copy = shared_->host_copy.get();
+    const DType dtype_of = tensor.dtype();
+    return launch(what + " via host copy", {tensor}, [=](ncclComm_t, cudaStream_t stream) {
+      host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream);
+      return ncclSuccess;
+    });
+  }
   return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
     return ncclAllReduce(data, data, count, dtype, nccl_op, comm, stream);
   });

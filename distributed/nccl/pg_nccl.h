@@ -88,7 +88,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   ProcessGroupNccl(const ProcessGroupNccl&) = delete;
   ProcessGroupNccl& operator=(const ProcessGroupNccl&) = delete;
 
-  std::string backend() const override { return "nccl"; }
+  std::string backend() const override;
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override;
   std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) override;

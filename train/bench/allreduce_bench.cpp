@@ -309,7 +309,7 @@ nlohmann::json row_json(const AllreduceRun& run, const AllreduceRow& row) {
   for (const char* name : {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_P2P_LEVEL", "NCCL_ALGO",
                            "NCCL_PROTO"})
     if (const char* value = std::getenv(name)) env[name] = value;
-  if (run.backend == "nccl") j["nccl_env"] = env;
+  if (run.backend.rfind("nccl", 0) == 0) j["nccl_env"] = env;
   return j;
 }
 
@@ -328,6 +328,7 @@ struct BenchFlags {
   int gpus = 0;
   int procs = 0;
   double timeout = 300;
+  bool host_copy = false;
   bool json = false;
   std::string out;
 };
@@ -353,6 +354,9 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
       ->multi_option_policy(last);
   app.add_option("--gpus", f->gpus, "all-reduce across this many GPUs (NCCL, one process each)")->multi_option_policy(last);
   app.add_option("--procs", f->procs, "all-reduce across this many CPU processes (Gloo)")->multi_option_policy(last);
+  app.add_flag("--host-copy", f->host_copy,
+               "with --gpus: all-reduce through shared host memory and the copy engines, as train "
+               "--host-copy-allreduce");
   app.add_option("--timeout", f->timeout, "seconds a collective may take before the run stops with an error")
       ->capture_default_str()
       ->multi_option_policy(last);
@@ -532,8 +536,10 @@ int run_bench_allreduce(int argc, char** argv) {
     cuda::set_device(index);
 #endif
     device = Device::cuda(index);
+    options.host_copy_allreduce = flags.host_copy;
     group = make_nccl_process_group(options);
   } else {
+    VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");
     group = make_gloo_process_group(options);
   }
 

@@ -1,0 +1,275 @@
+#include "distributed/nccl/host_copy_transport.h"
+
+#include <cuda.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "distributed/file_store.h"
+#include "framework/core/error.h"
+#include "framework/cuda/check.h"
+#include "framework/cuda/chunk_sum.h"
+
+namespace vitddp {
+
+// Note [Host-copy all-reduce]
+// Without peer access, NCCL moves an all-reduce through host shared memory with kernels: a few
+// thread blocks per channel copy and reduce through pinned buffers and spin on flags for the
+// whole collective, beside backward's kernels (docs/performance.md: backward runs 7-14% slower
+// beside them). NCCL's own copy-engine mode (NCCL_SHM_USE_CUDA_MEMCPY) drives the copies from a
+// host proxy thread, and stalled every training run we tried, PyTorch's too, with NCCL 2.28.
+// Here the whole collective is a fixed list of stream operations (distributed/host_copy/
+// copy_plan.h), on two streams of this rank:
+//   send: [wait for the slot to be free] -> copy engine: device chunk -> ring slot -> write `ready`
+//   recv: wait for `ready` -> copy engine: ring slot -> device -> write `consumed` -> [add it in]
+// The waits and writes are stream memory operations (cuStreamWaitValue32 / WriteValue32) on
+// counters in the same mapped shared memory: the GPU's front end polls them, no SM and no host
+// thread takes part, and the only kernels are the owner's additions (one short pass per chunk).
+// A stream write comes after the copies before it on its stream, with a system-wide fence
+// (CU_STREAM_WRITE_VALUE_DEFAULT), so a peer that sees `ready` sees the chunk.
+// Failure: a peer that dies leaves our waits unsatisfied; the group's watchdog times the
+// collective out like any other and calls release_waits(), which writes the counters our
+// streams watch from the host (it is host memory), so the streams drain and teardown proceeds.
+namespace {
+
+constexpr size_t kCounterStride = 128;  // a counter per cache line pair: no false sharing
+constexpr size_t kPage = 4096;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The driver's stream memory operations, looked up through the runtime: linking libcuda would
+// keep the binaries (and the GPU tests, which skip themselves) from starting on a machine
+// without the driver.
+struct DriverMemOps {
+  using WaitValue = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  using WriteValue = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  WaitValue wait_value32 = nullptr;
+  WriteValue write_value32 = nullptr;
+};
+
+const DriverMemOps& driver_mem_ops() {
+  static const DriverMemOps ops = [] {
+    DriverMemOps found;
+    auto lookup = [](const char* symbol, void** fn) {
+      cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+      CUDA_CHECK(cudaGetDriverEntryPointByVersion(symbol, fn, 12000, cudaEnableDefault, &status));
+      VITDDP_CHECK(status == cudaDriverEntryPointSuccess && *fn, "--host-copy-allreduce: the CUDA driver has no ",
+                   symbol, " (it needs a driver for CUDA 12 or newer)");
+    };
+    lookup("cuStreamWaitValue32", reinterpret_cast<void**>(&found.wait_value32));
+    lookup("cuStreamWriteValue32", reinterpret_cast<void**>(&found.write_value32));
+    return found;
+  }();
+  return ops;
+}
+
+void cu_check(CUresult result, const char* call) {
+  if (result == CUDA_SUCCESS) return;
+  throw Error(detail::concat("CUDA driver error: ", call, " failed with CUresult ", static_cast<int>(result),
+                             " (--host-copy-allreduce needs stream memory operations on host memory)"),
+              ErrorKind::kInternal);
+}
+
+std::string hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+std::string make_token() {
+  std::random_device random;
+  std::ostringstream token;
+  token << std::hex << ::getpid() << "-" << random() << random();
+  return token.str();
+}
+
+}  // namespace
+
+bool HostCopyTransport::supports(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+}
+
+size_t HostCopyTransport::segment_bytes() const {
+  const size_t header = round_up(2 * options_.world_size * kCounterStride, kPage);
+  return header + static_cast<size_t>(options_.world_size - 1) * options_.slots * options_.chunk_bytes;
+}
+
+size_t HostCopyTransport::ring_offset(int from, int to) const {
+  const size_t header = round_up(2 * options_.world_size * kCounterStride, kPage);
+  const int ring = to < from ? to : to - 1;  // rings to every other rank, in rank order
+  return header + static_cast<size_t>(ring) * options_.slots * options_.chunk_bytes;
+}
+
+uint32_t* HostCopyTransport::ready_counter(int owner, int peer) const {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) + peer * kCounterStride);
+}
+
+uint32_t* HostCopyTransport::consumed_counter(int owner, int peer) const {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
+                                     (options_.world_size + peer) * kCounterStride);
+}
+
+HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
+    : options_(options), counters_(options.world_size) {
+  const int rank = options.rank, world = options.world_size;
+  VITDDP_CHECK(world >= 2 && rank >= 0 && rank < world, "HostCopyTransport: rank ", rank, " of ", world);
+  VITDDP_CHECK(options.chunk_bytes >= 4096 && options.chunk_bytes % 64 == 0 && options.slots >= 1,
+               "HostCopyTransport: chunk of ", options.chunk_bytes, " bytes and ", options.slots, " slots");
+  cuda::DeviceScope scope(options.device);
+  driver_mem_ops();  // a driver without them fails here, at start
+  FileStore store(options.rendezvous);
+  const std::string prefix = options.key_prefix + "hostcopy/";
+
+  // Every rank on this host: shared memory does not cross machines.
+  const std::string host = hostname();
+  store.set(prefix + "host/" + std::to_string(rank), host);
+  for (int q = 0; q < world; ++q) {
+    const std::string theirs = store.get(prefix + "host/" + std::to_string(q), options.timeout);
+    VITDDP_CHECK(theirs == host, "--host-copy-allreduce needs every rank on one host: rank ", q, " runs on '", theirs,
+                 "', rank ", rank, " on '", host, "'");
+  }
+  if (rank == 0) store.set(prefix + "token", make_token());
+  const std::string token = store.get(prefix + "token", options.timeout);
+  auto name_of = [&](int q) { return "/vitddp-" + token + "-" + std::to_string(q); };
+
+  segments_.resize(world);
+  auto map = [&](int q, host_copy::ShmSegment segment) {
+    Mapped& m = segments_[q];
+    m.segment = std::move(segment);
+    CUDA_CHECK(cudaHostRegister(m.segment.data(), m.segment.size(), cudaHostRegisterPortable | cudaHostRegisterMapped));
+    m.registered = true;
+    CUDA_CHECK(cudaHostGetDevicePointer(&m.device_view, m.segment.data(), 0));
+  };
+  map(rank, host_copy::ShmSegment::create(name_of(rank), segment_bytes()));
+  store.set(prefix + "made/" + std::to_string(rank), "1");
+  for (int q = 0; q < world; ++q) {
+    if (q == rank) continue;
+    store.get(prefix + "made/" + std::to_string(q), options.timeout);
+    map(q, host_copy::ShmSegment::open(name_of(q), segment_bytes()));
+  }
+  // Once every rank has mapped every segment the names can go: nothing is left in /dev/shm,
+  // whatever happens to the processes later.
+  store.set(prefix + "opened/" + std::to_string(rank), "1");
+  for (int q = 0; q < world; ++q) store.get(prefix + "opened/" + std::to_string(q), options.timeout);
+  segments_[rank].segment.unlink();
+
+  int least = 0, greatest = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  send_stream_ = cuda::Stream::create(options.device, greatest);
+  recv_stream_ = cuda::Stream::create(options.device, greatest);
+  fork_ = cuda::Event::create();
+  send_done_ = cuda::Event::create();
+  recv_done_ = cuda::Event::create();
+  CUDA_CHECK(cudaMalloc(&staging_, static_cast<size_t>(options.chunk_bytes)));
+}
+
+HostCopyTransport::~HostCopyTransport() {
+  cuda::DeviceScope scope(options_.device);
+  if (staging_) CUDA_WARN(cudaFree(staging_));
+  for (Mapped& m : segments_)
+    if (m.registered) CUDA_WARN(cudaHostUnregister(m.segment.data()));
+}
+
+bool HostCopyTransport::idle() const {
+  for (const cuda::Stream* s : {&send_stream_, &recv_stream_}) {
+    if (!s->get()) continue;
+    const cudaError_t status = cudaStreamQuery(s->get());
+    if (status == cudaErrorNotReady) return false;
+  }
+  return true;
+}
+
+void HostCopyTransport::release_waits() noexcept {
+  const int me = options_.rank;
+  for (int q = 0; q < options_.world_size; ++q) {
+    if (q == me || !segments_[q].segment.data()) continue;
+    // The counters this rank's streams wait on, set to the last value they were told to wait for.
+    __atomic_store_n(consumed_counter(q, me), counters_.sent[q], __ATOMIC_SEQ_CST);
+    __atomic_store_n(ready_counter(q, me), counters_.received[q], __ATOMIC_SEQ_CST);
+  }
+}
+
+void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype,
+                            float scale, cudaStream_t stream) {
+  using Kind = host_copy::CopyStep::Kind;
+  const int me = options_.rank;
+  auto device_address = [&](int owner, const uint32_t* counter) {
+    const char* base = static_cast<const char*>(segments_[owner].segment.data());
+    return reinterpret_cast<CUdeviceptr>(static_cast<char*>(segments_[owner].device_view) +
+                                         (reinterpret_cast<const char*>(counter) - base));
+  };
+  auto wait = [&](int owner, const uint32_t* counter) {
+    cu_check(driver_mem_ops().wait_value32(stream, device_address(owner, counter), step.value, CU_STREAM_WAIT_VALUE_GEQ),
+             "cuStreamWaitValue32");
+  };
+  auto write = [&](const uint32_t* counter) {
+    cu_check(driver_mem_ops().write_value32(stream, device_address(me, counter), step.value, CU_STREAM_WRITE_VALUE_DEFAULT),
+             "cuStreamWriteValue32");
+  };
+  auto slot = [&](int from, int to) {
+    return static_cast<char*>(segments_[from].segment.data()) + ring_offset(from, to) +
+           static_cast<size_t>(step.slot) * options_.chunk_bytes;
+  };
+  const size_t bytes = static_cast<size_t>(step.count) * element_bytes;
+  char* at = buffer + static_cast<size_t>(step.offset) * element_bytes;
+  switch (step.kind) {
+    case Kind::kWaitConsumed: return wait(step.peer, consumed_counter(step.peer, me));
+    case Kind::kCopyToRing:
+      CUDA_CHECK(cudaMemcpyAsync(slot(me, step.peer), at, bytes, cudaMemcpyDeviceToHost, stream));
+      return;
+    case Kind::kSignalReady: return write(ready_counter(me, step.peer));
+    case Kind::kWaitReady: return wait(step.peer, ready_counter(step.peer, me));
+    case Kind::kCopyFromRing:
+      CUDA_CHECK(cudaMemcpyAsync(step.to_staging ? staging_ : at, slot(step.peer, me), bytes, cudaMemcpyHostToDevice,
+                                 stream));
+      return;
+    case Kind::kSignalConsumed: return write(consumed_counter(me, step.peer));
+    case Kind::kReduce: return cuda::chunk_sum_forward(at, staging_, step.count, dtype, step.last ? scale : 1.0f, stream);
+    case Kind::kMarkReduced: return reduced_[step.chunk].record(stream);
+    case Kind::kWaitReduced: return reduced_[step.chunk].block(stream);
+  }
+}
+
+void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
+  VITDDP_CHECK(supports(dtype), "HostCopyTransport: ", dtype_name(dtype), " is not f32, bf16 or f16");
+  cuda::DeviceScope scope(options_.device);
+  const size_t element_bytes = dtype_size(dtype);
+  const int64_t chunk_elements = options_.chunk_bytes / static_cast<int64_t>(element_bytes);
+  const host_copy::CopyPlan plan =
+      host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_);
+  while (static_cast<int64_t>(reduced_.size()) < plan.reduced_chunks) reduced_.push_back(cuda::Event::create());
+  const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.world_size) : 1.0f;
+
+  fork_.record(stream);
+  fork_.block(send_stream_.get());
+  fork_.block(recv_stream_.get());
+  char* buffer = static_cast<char*>(data);
+  // A stream waits for an event's latest record at the time of the wait: each kMarkReduced must
+  // be issued before the kWaitReduced of its chunk, so the receive steps are issued just far
+  // enough ahead of the send steps.
+  using Kind = host_copy::CopyStep::Kind;
+  size_t next_recv = 0;
+  int64_t marked = 0;
+  auto issue_recv_step = [&] {
+    const auto& step = plan.recv[next_recv++];
+    run(step, buffer, element_bytes, dtype, scale, recv_stream_.get());
+    if (step.kind == Kind::kMarkReduced) marked = step.chunk + 1;
+  };
+  for (const auto& step : plan.send) {
+    if (step.kind == Kind::kWaitReduced)
+      while (marked <= step.chunk) {
+        VITDDP_CHECK(next_recv < plan.recv.size(), "HostCopyTransport: chunk ", step.chunk, " is never reduced");
+        issue_recv_step();
+      }
+    run(step, buffer, element_bytes, dtype, scale, send_stream_.get());
+  }
+  while (next_recv < plan.recv.size()) issue_recv_step();
+  send_done_.record(send_stream_.get());
+  recv_done_.record(recv_stream_.get());
+  send_done_.block(stream);
+  recv_done_.block(stream);
+}
+
+}  // namespace vitddp

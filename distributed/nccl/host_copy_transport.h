@@ -1,0 +1,84 @@
+// HostCopyTransport: all-reduce between the GPUs of one host through pinned shared host memory,
+// moved by the GPUs' copy engines and paced by stream memory operations, with no kernel waiting
+// on the link and no host thread in the loop (Note [Host-copy all-reduce] in the .cpp). It is
+// what ProcessGroupNccl's all-reduces use under --host-copy-allreduce, for GPUs without peer
+// access (NCCL_P2P_DISABLE=1, PCIe servers whose GPUs cannot reach each other), where NCCL's
+// shared-memory transport keeps kernels spinning on SMs beside backward for the whole copy.
+//
+// Every rank of the group must live on this host (checked at construction) and issue the same
+// all-reduces in the same order, as with NCCL. Eager streams only: the counters it waits on
+// advance with every all-reduce, so a CUDA graph's frozen values cannot replay it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "distributed/host_copy/copy_plan.h"
+#include "distributed/host_copy/shm_segment.h"
+#include "distributed/process_group.h"
+#include "framework/cuda/stream.h"
+
+namespace vitddp {
+
+struct HostCopyOptions {
+  int rank = 0;
+  int world_size = 2;
+  int device = 0;
+  std::string rendezvous;  // the process group's file store folder
+  std::string key_prefix;  // unique per group in that folder ("nccl0/")
+  std::chrono::milliseconds timeout{300000};
+  int64_t chunk_bytes = 4 << 20;  // one ring slot
+  int slots = 4;                  // slots per ring (each ordered pair of ranks has one ring)
+};
+
+class HostCopyTransport {
+ public:
+  // Makes this rank's segment, maps and registers every peer's (through the file store, within
+  // the timeout), and checks that they all run on this host. Throws a clear error otherwise.
+  explicit HostCopyTransport(const HostCopyOptions& options);
+  // The caller must have made sure no stream still runs this transport's work (after a failure:
+  // release_waits() first, then wait for the streams); unregisters and unmaps the segments.
+  ~HostCopyTransport();
+  HostCopyTransport(const HostCopyTransport&) = delete;
+  HostCopyTransport& operator=(const HostCopyTransport&) = delete;
+
+  static bool supports(DType dtype);
+  // Enqueues the all-reduce of `count` elements at `data` (on this rank's device): on return
+  // `stream` waits for its end; the host never blocks.
+  void allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream);
+  // After the group failed: satisfies every wait already enqueued on this rank's copy streams
+  // (writing the counters they watch, which only this rank waits on), so that they drain instead
+  // of waiting forever for a peer that is gone. The buffers' contents are then garbage.
+  void release_waits() noexcept;
+  // Whether the copy streams are idle (cudaStreamQuery on both).
+  bool idle() const;
+
+ private:
+  struct Mapped {
+    host_copy::ShmSegment segment;
+    void* device_view = nullptr;  // the device's address of the registered segment
+    bool registered = false;
+  };
+  size_t segment_bytes() const;
+  size_t ring_offset(int from, int to) const;  // in `from`'s segment
+  uint32_t* ready_counter(int owner, int peer) const;     // ring owner -> peer, in owner's segment
+  uint32_t* consumed_counter(int owner, int peer) const;  // ring peer -> owner, in owner's segment
+  void run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype, float scale,
+           cudaStream_t stream);
+
+  HostCopyOptions options_;
+  std::vector<Mapped> segments_;  // by rank; segments_[rank] is this rank's
+  host_copy::RingCounters counters_;
+  cuda::Stream send_stream_;
+  cuda::Stream recv_stream_;
+  cuda::Event fork_, send_done_, recv_done_;
+  std::vector<cuda::Event> reduced_;  // per chunk of this rank's part (grown as needed)
+  void* staging_ = nullptr;           // one chunk on the device
+};
+
+}  // namespace vitddp

@@ -1,0 +1,56 @@
+// `train --gpus 2 --host-copy-allreduce` (Note [Host-copy all-reduce]): DDP's all-reduces through
+// shared host memory and the copy engines give the weights of NCCL's all-reduce bit for bit, in
+// fp32 (many small buckets) and bf16 (the bf16 hook), also with the NCCL P2P transport off;
+// --cuda-graph is turned off, named, and the weights stay the same. Skipped without 2 GPUs.
+#include <gtest/gtest.h>
+
+#include "common/ddp_harness.h"
+#include "common/multiprocess.h"
+#include "common/run_checks.h"
+
+namespace vitddp {
+namespace {
+
+const std::string kBase = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 6 "
+                          "--print-every 0 --gemm-autotune=false --momentum 0.9";
+
+TEST(HostCopyTrainGpu, TheWeightsEqualNcclsAllReduce) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  for (const std::string setting : {std::string("--precision fp32 --bucket-mb 0.05"),
+                                    std::string("--precision bf16 --bucket-mb 0.5 --hook bf16")}) {
+    SCOPED_TRACE(setting);
+    testing::TempFolder dir("vitddp_host_copy_train");
+    const std::string plain = (dir / "plain.safetensors").string(), copied = (dir / "copied.safetensors").string(),
+                      no_p2p = (dir / "no_p2p.safetensors").string(), graph = (dir / "graph.safetensors").string();
+    const testing::TrainOutcome a = testing::run_train("", kBase + " " + setting + " --save " + plain, true, 300);
+    ASSERT_EQ(a.code, 0) << a.out;
+    const testing::TrainOutcome b =
+        testing::run_train("", kBase + " " + setting + " --host-copy-allreduce --save " + copied, true, 300);
+    ASSERT_EQ(b.code, 0) << b.out;
+    EXPECT_NE(b.out.find("ranks (nccl+host-copy)"), std::string::npos) << b.out;
+    const testing::TrainOutcome c = testing::run_train(
+        "NCCL_P2P_DISABLE=1", kBase + " " + setting + " --host-copy-allreduce --save " + no_p2p, true, 300);
+    ASSERT_EQ(c.code, 0) << c.out;
+    const testing::TrainOutcome d = testing::run_train(
+        "", kBase + " " + setting + " --host-copy-allreduce --cuda-graph --save " + graph, true, 300);
+    ASSERT_EQ(d.code, 0) << d.out;
+    EXPECT_NE(d.out.find("cuda graph: off, every step runs eagerly: --host-copy-allreduce"), std::string::npos)
+        << d.out;
+    EXPECT_EQ(testing::worst_weight_difference(plain, copied), 0.0);
+    EXPECT_EQ(testing::worst_weight_difference(plain, no_p2p), 0.0);
+    EXPECT_EQ(testing::worst_weight_difference(plain, graph), 0.0);
+  }
+}
+
+TEST(HostCopyTrainGpu, OneGpuWithoutDdpIsRefused) {
+  if (testing::gpus_without_cuda_init() < 1) GTEST_SKIP() << "needs a GPU";
+  const testing::TrainOutcome r = testing::run_train("", "--model vit_tiny --data gpu --steps 1 --host-copy-allreduce",
+                                                     true, 120);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--host-copy-allreduce carries DDP's all-reduces: it needs GPU data parallelism"),
+            std::string::npos)
+      << r.out;
+}
+
+}  // namespace
+}  // namespace vitddp
