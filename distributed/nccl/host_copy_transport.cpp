@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 
@@ -91,13 +92,16 @@ bool HostCopyTransport::supports(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
 }
 
+// Header: `ready` counters, `consumed` counters (one per rank each), then the failed flag.
+size_t header_bytes(int world) { return round_up((2 * world + 1) * kCounterStride, kPage); }
+
 size_t HostCopyTransport::segment_bytes() const {
-  const size_t header = round_up(2 * options_.world_size * kCounterStride, kPage);
+  const size_t header = header_bytes(options_.world_size);
   return header + static_cast<size_t>(options_.world_size - 1) * options_.slots * options_.chunk_bytes;
 }
 
 size_t HostCopyTransport::ring_offset(int from, int to) const {
-  const size_t header = round_up(2 * options_.world_size * kCounterStride, kPage);
+  const size_t header = header_bytes(options_.world_size);
   const int ring = to < from ? to : to - 1;  // rings to every other rank, in rank order
   return header + static_cast<size_t>(ring) * options_.slots * options_.chunk_bytes;
 }
@@ -117,6 +121,11 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
   VITDDP_CHECK(world >= 2 && rank >= 0 && rank < world, "HostCopyTransport: rank ", rank, " of ", world);
   VITDDP_CHECK(options.chunk_bytes >= 4096 && options.chunk_bytes % 64 == 0 && options.slots >= 1,
                "HostCopyTransport: chunk of ", options.chunk_bytes, " bytes and ", options.slots, " slots");
+  // Streams that share a hardware queue run in one order; a copy stream's wait for a peer would
+  // then hold up this rank's other streams, the peer's progress included: a deadlock.
+  if (const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+    VITDDP_CHECK(std::atoi(connections) != 1, "--host-copy-allreduce needs more than one hardware work queue: ",
+                 "CUDA_DEVICE_MAX_CONNECTIONS=1 would let one copy stream's wait for a peer stall the others");
   cuda::DeviceScope scope(options.device);
   driver_mem_ops();  // a driver without them fails here, at start
   FileStore store(options.rendezvous);
@@ -172,6 +181,18 @@ HostCopyTransport::~HostCopyTransport() {
     if (m.registered) CUDA_WARN(cudaHostUnregister(m.segment.data()));
 }
 
+uint32_t* HostCopyTransport::failed_flag(int owner) const {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
+                                     2 * options_.world_size * kCounterStride);
+}
+
+int HostCopyTransport::peer_failed() const noexcept {
+  for (int q = 0; q < options_.world_size; ++q)
+    if (q != options_.rank && segments_[q].segment.data() && __atomic_load_n(failed_flag(q), __ATOMIC_ACQUIRE) != 0)
+      return q;
+  return -1;
+}
+
 bool HostCopyTransport::idle() const {
   for (const cuda::Stream* s : {&send_stream_, &recv_stream_}) {
     if (!s->get()) continue;
@@ -183,6 +204,9 @@ bool HostCopyTransport::idle() const {
 
 void HostCopyTransport::release_waits() noexcept {
   const int me = options_.rank;
+  // Peers must not take what our drained streams send for a result: they see the flag first.
+  if (segments_.size() > static_cast<size_t>(me) && segments_[me].segment.data())
+    __atomic_store_n(failed_flag(me), 1u, __ATOMIC_SEQ_CST);
   for (int q = 0; q < options_.world_size; ++q) {
     if (q == me || !segments_[q].segment.data()) continue;
     // The counters this rank's streams wait on, set to the last value they were told to wait for.

@@ -54,7 +54,11 @@ class HostCopyTransport {
   // After the group failed: satisfies every wait already enqueued on this rank's copy streams
   // (writing the counters they watch, which only this rank waits on), so that they drain instead
   // of waiting forever for a peer that is gone. The buffers' contents are then garbage.
+  // It also raises this rank's failed flag first, which peers see through peer_failed().
   void release_waits() noexcept;
+  // A peer that released its waits after a failure (its last all-reduces carried garbage): the
+  // rank it names, or -1. Read from host memory; the group's checks call it.
+  int peer_failed() const noexcept;
   // Whether the copy streams are idle (cudaStreamQuery on both).
   bool idle() const;
 
@@ -68,6 +72,7 @@ class HostCopyTransport {
   size_t ring_offset(int from, int to) const;  // in `from`'s segment
   uint32_t* ready_counter(int owner, int peer) const;     // ring owner -> peer, in owner's segment
   uint32_t* consumed_counter(int owner, int peer) const;  // ring peer -> owner, in owner's segment
+  uint32_t* failed_flag(int owner) const;                  // set by release_waits(), in owner's segment
   void run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype, float scale,
            cudaStream_t stream);
 

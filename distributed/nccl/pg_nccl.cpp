@@ -308,6 +308,13 @@ struct ProcessGroupNccl::Shared {
                                 " (a peer process exited or its connection failed); the communicator was aborted"),
                  ErrorKind::kPeer));
     }
+    if (host_copy) {
+      const int peer = host_copy->peer_failed();
+      if (peer >= 0)
+        fail(Error(detail::concat("rank ", peer, "'s host-copy transport failed, so the all-reduces in flight carry "
+                                  "no valid result (see rank ", peer, "'s error)"),
+                   ErrorKind::kPeer));
+    }
     // NCCL has taken the pending collective: it is in flight like the others (timed from its
     // start, and named to the wait board), whenever this rank's thread calls the group next.
     if (pending && state == ncclSuccess) move_pending_to_in_flight();
@@ -599,6 +606,17 @@ ProcessGroupNccl::~ProcessGroupNccl() {
     std::fprintf(stderr, "vitddp: warning: the NCCL stream failed: %s\n", cudaGetErrorString(status));
   }
   shared_->in_flight.clear();
+  if (shared_->host_copy && !shared_->host_copy->idle()) {
+    // Its copy streams hold work the comm stream never joined (an issue that failed halfway).
+    shared_->host_copy->release_waits();
+    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
+    while (!shared_->host_copy->idle() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!shared_->host_copy->idle()) {
+      std::fprintf(stderr, "vitddp: warning: the host-copy streams are still busy at teardown; leaking their memory\n");
+      (void)shared_->host_copy.release();
+      return;
+    }
+  }
   shared_->host_copy.reset();
 }
 
@@ -766,9 +784,15 @@ std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp
     VITDDP_CHECK(capture == cudaStreamCaptureStatusNone, "ProcessGroupNccl: the host-copy all-reduce cannot be ",
                  "captured in a CUDA graph (its counters advance with every collective)");
     HostCopyTransport* host_copy = shared_->host_copy.get();
+    Shared* shared = shared_.get();
     const DType dtype_of = tensor.dtype();
     return launch(what + " via host copy", {tensor}, [=](ncclComm_t, cudaStream_t stream) {
-      host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream);
+      try {
+        host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream);
+      } catch (const Error& e) {
+        // Half issued: the rings' counters no longer match the peers'. The group is done for.
+        shared->fail(Error(detail::concat("the host-copy ", what, " could not be issued: ", e.what()), e.kind()));
+      }
       return ncclSuccess;
     });
   }
