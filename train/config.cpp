@@ -69,7 +69,7 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"host-copy-allreduce", &c.host_copy_allreduce,
        "GPU DDP on one host: all-reduces go through pinned shared host memory, moved by the copy engines and paced "
        "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
-       "peer access: NCCL_P2P_DISABLE=1, PCIe servers); not capturable: --cuda-graph is turned off"},
+       "peer access: NCCL_P2P_DISABLE=1, PCIe servers); works under --cuda-graph"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
        "captured from that step (the optimizer runs after it, or inside it with --update-in-backward), so the host issues a step in a few launches; a "

@@ -55,8 +55,6 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   if (c.dropout > 0) why.push_back("--dropout (each step draws its masks from a counter kept on the host)");
   if (!c.trace.empty()) why.push_back("--trace (its marks are recorded by the host in every step)");
   if (c.launch_window > 0) why.push_back("--launch-window (its waits for the GPU cannot be captured)");
-  if (c.host_copy_allreduce)
-    why.push_back("--host-copy-allreduce (its copies wait on counters that advance with every all-reduce)");
   std::string out;
   for (const std::string& w : why) out += (out.empty() ? "" : "; ") + w;
   return out;
@@ -108,6 +106,7 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
     // released now, not held by the capture for the graph's lifetime (Note [Allocations under
     // capture]).
     if (s.nccl) {
+      s.nccl->align_host_copy_rings();  // the capture starts from aligned rings
       s.nccl->finish_enqueue();
       CUDA_CHECK(cudaDeviceSynchronize());
       s.nccl->check_health();
@@ -116,6 +115,7 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
       s.graph = cuda::CapturedGraph::capture([&] {
         const Tensor loss = forward_backward(s.images, s.labels, s.loss_factor);
         s.loss.copy_(loss);
+        if (s.nccl) s.nccl->align_host_copy_rings();  // ... and ends with them (inside the graph)
       });
     } catch (const Error& e) {
       // The capture's own failures say so; others (a peer's failure, a timeout) keep their kind.
@@ -131,6 +131,8 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
   } else {
     ++replays_;
   }
+  // Eager all-reduces since the last replay (a loss, a flag) moved the rings: back first.
+  if (s.nccl) s.nccl->align_host_copy_rings();
   s.graph.launch(cuda::current_stream());
   if (s.nccl) s.nccl->watch_current_stream("CUDA graph of step " + std::to_string(step + 1) + " (its bucket collectives)");
   return s.loss;

@@ -8,6 +8,7 @@ namespace vitddp::host_copy {
 namespace {
 
 using Kind = CopyStep::Kind;
+using Stream = CopyStep::Stream;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -20,42 +21,65 @@ class Planner {
  public:
   Planner(int slots, RingCounters& counters, CopyPlan& plan) : slots_(slots), counters_(counters), plan_(plan) {}
 
-  // Sender side of one chunk on ring (this rank -> peer).
-  void send(int peer, const Range& chunk) {
-    const uint32_t use = counters_.sent[peer]++;
-    const int slot = static_cast<int>(use % static_cast<uint32_t>(slots_));
-    // The slot last held chunk `use - slots`: the peer must have copied it out. For the first
-    // `slots` uses the value lies behind the counter's start (cyclically) and passes at once;
-    // always waiting keeps that true after the counter wraps.
-    add(plan_.send, {Kind::kWaitConsumed, peer, use - static_cast<uint32_t>(slots_) + 1});
-    CopyStep copy{Kind::kCopyToRing, peer};
-    copy.slot = slot;
-    copy.offset = chunk.begin;
-    copy.count = chunk.size();
-    add(plan_.send, copy);
-    add(plan_.send, {Kind::kSignalReady, peer, use + 1});
+  // Sender side of one use of ring (this rank -> peer); `chunk` empty: a flag-only use.
+  void send(int peer, const Range* chunk) {
+    const uint64_t use = counters_.sent[peer]++;
+    const int slot = static_cast<int>(use % slots_);
+    const uint64_t round = use / slots_;  // the slot's own use count
+    CopyStep wait = step(Stream::kSend, Kind::kWaitFree, peer, slot);
+    wait.mask = kParityBit[(round + 1) & 1] | kReleased;  // the slot's previous use was copied out
+    add(wait);
+    if (chunk) {
+      CopyStep copy = step(Stream::kSend, Kind::kCopyToRing, peer, slot);
+      copy.offset = chunk->begin;
+      copy.count = chunk->size();
+      add(copy);
+    }
+    CopyStep signal = step(Stream::kSend, Kind::kSignalFull, peer, slot);
+    signal.value = kParityBit[round & 1];
+    add(signal);
   }
 
-  // Receiver side of one chunk on ring (peer -> this rank).
-  void receive(int peer, const Range& chunk, bool to_staging) {
-    const uint32_t use = counters_.received[peer]++;
-    add(plan_.recv, {Kind::kWaitReady, peer, use + 1});
-    CopyStep copy{Kind::kCopyFromRing, peer};
-    copy.slot = static_cast<int>(use % static_cast<uint32_t>(slots_));
-    copy.offset = chunk.begin;
-    copy.count = chunk.size();
-    copy.to_staging = to_staging;
-    add(plan_.recv, copy);
-    add(plan_.recv, {Kind::kSignalConsumed, peer, use + 1});
+  // Receiver side of one use of ring (peer -> this rank); `chunk` empty: a flag-only use.
+  void receive(int peer, const Range* chunk, bool to_staging) {
+    const uint64_t use = counters_.received[peer]++;
+    const int slot = static_cast<int>(use % slots_);
+    const uint64_t round = use / slots_;
+    CopyStep wait = step(Stream::kRecv, Kind::kWaitFull, peer, slot);
+    wait.mask = kParityBit[round & 1] | kReleased;
+    add(wait);
+    if (chunk) {
+      CopyStep copy = step(Stream::kRecv, Kind::kCopyFromRing, peer, slot);
+      copy.offset = chunk->begin;
+      copy.count = chunk->size();
+      copy.to_staging = to_staging;
+      add(copy);
+    }
+    CopyStep signal = step(Stream::kRecv, Kind::kSignalFree, peer, slot);
+    signal.value = kParityBit[round & 1];
+    add(signal);
   }
 
-  static void add(std::vector<CopyStep>& steps, CopyStep step) { steps.push_back(step); }
+  static CopyStep step(Stream stream, Kind kind, int peer = -1, int slot = -1) {
+    CopyStep s{stream, kind};
+    s.peer = peer;
+    s.slot = slot;
+    return s;
+  }
+  void add(const CopyStep& s) { plan_.steps.push_back(s); }
 
  private:
   int slots_;
   RingCounters& counters_;
   CopyPlan& plan_;
 };
+
+void check_counters(int world, int rank, int slots, const RingCounters& counters) {
+  VITDDP_CHECK(world >= 2 && rank >= 0 && rank < world && slots >= 1 &&
+                   static_cast<int>(counters.sent.size()) == world &&
+                   static_cast<int>(counters.received.size()) == world,
+               "host copy plan: bad arguments (world ", world, ", rank ", rank, ", slots ", slots, ")");
+}
 
 }  // namespace
 
@@ -66,57 +90,79 @@ Range owner_part(int world, int owner, int64_t count, int64_t align) {
 }
 
 CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters) {
-  VITDDP_CHECK(world >= 2 && rank >= 0 && rank < world && count >= 0 && chunk_elements >= 1 && slots >= 1 &&
-                   static_cast<int>(counters.sent.size()) == world && static_cast<int>(counters.received.size()) == world,
-               "plan_allreduce: bad arguments (world ", world, ", rank ", rank, ", count ", count, ", chunk ",
-               chunk_elements, ", slots ", slots, ")");
+  check_counters(world, rank, slots, counters);
+  VITDDP_CHECK(count >= 0 && chunk_elements >= 1, "plan_allreduce: count ", count, ", chunk ", chunk_elements);
   // Parts start on 64-element boundaries: 16-byte aligned chunks for the reduction's vector loads.
   constexpr int64_t kAlign = 64;
   std::vector<Range> parts;
-  int64_t chunks = 0;  // chunks of the longest part
+  int64_t rounds = 0;  // chunks of the longest part
   for (int p = 0; p < world; ++p) {
     parts.push_back(owner_part(world, p, count, kAlign));
-    chunks = std::max(chunks, ceil_div(parts.back().size(), chunk_elements));
+    rounds = std::max(rounds, ceil_div(parts.back().size(), chunk_elements));
   }
   CopyPlan plan;
   plan.reduced_chunks = ceil_div(parts[rank].size(), chunk_elements);
   Planner planner(slots, counters, plan);
   auto peer = [&](int i) { return (rank + i) % world; };
 
-  // Reduce-scatter, sender side: chunk c of every peer's part, chunk-major.
-  for (int64_t c = 0; c < chunks; ++c)
+  // Reduce-scatter, round c: chunk c of every peer's part goes out; chunk c of this rank's part
+  // comes in from every peer and is added in turn.
+  for (int64_t c = 0; c < rounds; ++c) {
     for (int i = 1; i < world; ++i) {
       const Range chunk = chunk_of(parts[peer(i)], c, chunk_elements);
-      if (chunk.size() > 0) planner.send(peer(i), chunk);
+      if (chunk.size() > 0) planner.send(peer(i), &chunk);
     }
-  // Reduce-scatter, owner side: each chunk of this rank's part from every peer, added in turn.
-  for (int64_t c = 0; c < plan.reduced_chunks; ++c) {
-    const Range chunk = chunk_of(parts[rank], c, chunk_elements);
+    if (c >= plan.reduced_chunks) continue;
+    const Range mine = chunk_of(parts[rank], c, chunk_elements);
     for (int i = 1; i < world; ++i) {
-      planner.receive(peer(i), chunk, /*to_staging=*/true);
-      CopyStep reduce{CopyStep::Kind::kReduce};
-      reduce.offset = chunk.begin;
-      reduce.count = chunk.size();
+      planner.receive(peer(i), &mine, /*to_staging=*/true);
+      CopyStep reduce = Planner::step(CopyStep::Stream::kRecv, Kind::kReduce);
+      reduce.offset = mine.begin;
+      reduce.count = mine.size();
       reduce.last = i == world - 1;
-      Planner::add(plan.recv, reduce);
+      planner.add(reduce);
     }
-    CopyStep mark{CopyStep::Kind::kMarkReduced};
+    CopyStep mark = Planner::step(CopyStep::Stream::kRecv, Kind::kMarkReduced);
     mark.chunk = c;
-    Planner::add(plan.recv, mark);
+    planner.add(mark);
   }
-  // All-gather, owner side: each reduced chunk to every peer, once it is reduced.
-  for (int64_t c = 0; c < plan.reduced_chunks; ++c) {
-    CopyStep wait{CopyStep::Kind::kWaitReduced};
-    wait.chunk = c;
-    Planner::add(plan.send, wait);
-    const Range chunk = chunk_of(parts[rank], c, chunk_elements);
-    for (int i = 1; i < world; ++i) planner.send(peer(i), chunk);
-  }
-  // All-gather, receiver side: every peer's reduced chunks into place, chunk-major.
-  for (int64_t c = 0; c < chunks; ++c)
+  // All-gather, round c: this rank's reduced chunk c to every peer; every peer's chunk c into place.
+  for (int64_t c = 0; c < rounds; ++c) {
+    if (c < plan.reduced_chunks) {
+      CopyStep wait = Planner::step(CopyStep::Stream::kSend, Kind::kWaitReduced);
+      wait.chunk = c;
+      planner.add(wait);
+      const Range mine = chunk_of(parts[rank], c, chunk_elements);
+      for (int i = 1; i < world; ++i) planner.send(peer(i), &mine);
+    }
     for (int i = 1; i < world; ++i) {
       const Range chunk = chunk_of(parts[peer(i)], c, chunk_elements);
-      if (chunk.size() > 0) planner.receive(peer(i), chunk, /*to_staging=*/false);
+      if (chunk.size() > 0) planner.receive(peer(i), &chunk, /*to_staging=*/false);
+    }
+  }
+  return plan;
+}
+
+bool rings_aligned(int slots, const RingCounters& counters) {
+  const uint64_t period = 2 * static_cast<uint64_t>(slots);
+  for (size_t q = 0; q < counters.sent.size(); ++q)
+    if (counters.sent[q] % period != 0 || counters.received[q] % period != 0) return false;
+  return true;
+}
+
+CopyPlan pad_rings(int world, int rank, int slots, RingCounters& counters) {
+  check_counters(world, rank, slots, counters);
+  const uint64_t period = 2 * static_cast<uint64_t>(slots);
+  CopyPlan plan;
+  Planner planner(slots, counters, plan);
+  // Round j: the j-th padding use of every ring out, then of every ring in (as the all-reduce's
+  // rounds: each wait depends on a peer's step of the same or an earlier round).
+  for (uint64_t j = 0; j < period; ++j)
+    for (int i = 1; i < world; ++i) {
+      const int q = (rank + i) % world;
+      if (counters.sent[q] % period != 0) planner.send(q, nullptr);
+      const int from = (rank + world - i) % world;
+      if (counters.received[from] % period != 0) planner.receive(from, nullptr, false);
     }
   return plan;
 }

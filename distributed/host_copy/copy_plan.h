@@ -3,13 +3,20 @@
 // GPU's copy engines and stream memory operations (Note [Host-copy all-reduce] there).
 //
 // Every ordered pair of ranks (from -> to) shares a ring of `slots` chunk-sized slots in pinned
-// shared host memory, with two counters: `ready` (chunks `from` has written into the ring) and
-// `consumed` (chunks `to` has copied out). The buffer is cut into one part per rank; rank r owns
-// part r. Reduce-scatter: every rank sends each owner its chunks of the owner's part; the owner
-// adds them into its part. All-gather: every owner sends its reduced chunks to every other rank,
-// which copies them into place. A sender waits for its slot to be consumed before writing it;
-// a receiver waits for its chunk to be ready before reading it. Chunks go out chunk-major (chunk
-// c to every peer before chunk c + 1), so no ring waits on a rank that waits on it in turn.
+// shared host memory. Each slot has two flags: `full` (written by `from` once it has copied a
+// chunk in) and `free` (written by `to` once it has copied it out). A flag holds one bit of two:
+// the parity of the slot's use it last marked, so that a wait can tell this use from the last
+// one with a fixed value (a CUDA graph replays fixed values; see `pad_rings`). A third bit,
+// kReleased, satisfies every wait: a failed rank sets it on the flags it waits on, so that its
+// streams drain.
+//
+// The buffer is cut into one part per rank; rank r owns part r. Reduce-scatter: every rank sends
+// each owner its chunks of the owner's part; the owner adds them into its part. All-gather: every
+// owner sends its reduced chunks to every other rank, which copies them into place. Chunks go
+// chunk-major (chunk c to every peer before chunk c + 1), and the steps are issued in rounds
+// (round c: the sends of chunk c, then its receives), so every wait depends only on a peer's step
+// of the same or an earlier round: no deadlock, even when the two streams (or any of the rank's
+// streams) share one hardware queue and run in issue order.
 #pragma once
 
 #include <cstdint>
@@ -17,26 +24,32 @@
 
 namespace vitddp::host_copy {
 
-// One step of one stream. Counter values are 32-bit and compared cyclically (CUDA's
-// CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(counter - value) >= 0), so they may wrap.
+// Flag values: the bit of the use's parity, and the bit that releases every wait.
+constexpr uint32_t kParityBit[2] = {1u, 2u};
+constexpr uint32_t kReleased = 4u;
+// Every flag's value before the first use: its "last" use had parity 1.
+constexpr uint32_t kInitialFlag = kParityBit[1];
+
 struct CopyStep {
+  enum class Stream { kSend, kRecv };  // device -> host, host -> device (with the reductions)
   enum class Kind {
-    kWaitConsumed,    // the counter `consumed` of ring (this rank -> peer) reaches `value`
-    kCopyToRing,      // buffer[offset, offset + count) -> slot `slot` of ring (this rank -> peer)
-    kSignalReady,     // ring (this rank -> peer): `ready` = value
-    kWaitReady,       // ring (peer -> this rank): `ready` reaches `value`
-    kCopyFromRing,    // slot `slot` of ring (peer -> this rank) -> buffer[offset...] or, with
-                      // `to_staging`, the staging chunk
-    kSignalConsumed,  // ring (peer -> this rank): `consumed` = value
-    kReduce,          // buffer[offset, offset + count) += staging; times the scale when `last`
-    kMarkReduced,     // chunk `chunk` of this rank's part is reduced
-    kWaitReduced,     // wait for kMarkReduced of chunk `chunk` (on the other stream; CUDA's
-                      // executor must issue that mark first: an event wait sees the latest record)
+    kWaitFree,      // ring (this rank -> peer), slot `slot`: its `free` flag & `mask` != 0
+    kCopyToRing,    // buffer[offset, offset + count) -> slot `slot` of ring (this rank -> peer)
+    kSignalFull,    // ring (this rank -> peer), slot `slot`: `full` = value
+    kWaitFull,      // ring (peer -> this rank), slot `slot`: its `full` flag & `mask` != 0
+    kCopyFromRing,  // slot `slot` of ring (peer -> this rank) -> buffer[offset...] or, with
+                    // `to_staging`, the staging chunk
+    kSignalFree,    // ring (peer -> this rank), slot `slot`: `free` = value
+    kReduce,        // buffer[offset, offset + count) += staging; times the scale when `last`
+    kMarkReduced,   // chunk `chunk` of this rank's part is reduced
+    kWaitReduced,   // wait for kMarkReduced of chunk `chunk` (issued earlier, on the other stream)
   };
+  Stream stream;
   Kind kind;
   int peer = -1;
-  uint32_t value = 0;
   int slot = -1;
+  uint32_t value = 0;  // signals: the flag's new value
+  uint32_t mask = 0;   // waits: the bits any of which ends the wait
   int64_t offset = 0;  // elements
   int64_t count = 0;   // elements
   bool to_staging = false;
@@ -44,19 +57,17 @@ struct CopyStep {
   int64_t chunk = -1;
 };
 
-// The counters a rank keeps for its rings, one entry per rank (its own unused): chunks sent to
-// and received from each peer since the group began. Both ends of a ring count the same chunks,
-// so they agree on every value without talking.
+// The uses of each ring since the group began, per peer (its own entry unused). Both ends of a
+// ring count the same uses, so they agree on every slot and parity without talking.
 struct RingCounters {
   explicit RingCounters(int world) : sent(world, 0), received(world, 0) {}
-  std::vector<uint32_t> sent;
-  std::vector<uint32_t> received;
+  std::vector<uint64_t> sent;
+  std::vector<uint64_t> received;
 };
 
 struct CopyPlan {
-  std::vector<CopyStep> send;  // device -> host stream
-  std::vector<CopyStep> recv;  // host -> device stream (with the reductions)
-  int64_t reduced_chunks = 0;  // chunks of this rank's part (kMarkReduced ids are 0 .. this - 1)
+  std::vector<CopyStep> steps;  // in issue order (each on its stream)
+  int64_t reduced_chunks = 0;   // chunks of this rank's part (kMarkReduced ids are 0 .. this - 1)
 };
 
 // Part `owner` of a buffer of `count` elements cut among `world` ranks: [begin, end). Parts are
@@ -73,5 +84,12 @@ Range owner_part(int world, int owner, int64_t count, int64_t align);
 // `chunk_elements`, over rings of `slots` slots, advancing `counters`. Every rank must plan the
 // same all-reduces in the same order. Throws (internal error) on arguments out of range.
 CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters);
+
+// Flag-only uses (no data) that bring every ring's use count to a multiple of 2 * slots, where
+// every slot's flags are back at the parities they had at the group's start. A CUDA graph
+// captured from that state and ending in it can be replayed any number of times; eager
+// all-reduces between replays are followed by this before the next one. Empty when aligned.
+CopyPlan pad_rings(int world, int rank, int slots, RingCounters& counters);
+bool rings_aligned(int slots, const RingCounters& counters);
 
 }  // namespace vitddp::host_copy

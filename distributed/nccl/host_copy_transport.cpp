@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <sstream>
 
@@ -23,16 +22,27 @@ namespace vitddp {
 // host proxy thread, and stalled every training run we tried, PyTorch's too, with NCCL 2.28.
 // Here the whole collective is a fixed list of stream operations (distributed/host_copy/
 // copy_plan.h), on two streams of this rank:
-//   send: [wait for the slot to be free] -> copy engine: device chunk -> ring slot -> write `ready`
-//   recv: wait for `ready` -> copy engine: ring slot -> device -> write `consumed` -> [add it in]
-// The waits and writes are stream memory operations (cuStreamWaitValue32 / WriteValue32) on
-// counters in the same mapped shared memory: the GPU's front end polls them, no SM and no host
-// thread takes part, and the only kernels are the owner's additions (one short pass per chunk).
-// A stream write comes after the copies before it on its stream, with a system-wide fence
-// (CU_STREAM_WRITE_VALUE_DEFAULT), so a peer that sees `ready` sees the chunk.
+//   send: wait for the slot's `free` flag -> copy engine: device chunk -> slot -> set `full`
+//   recv: wait for the slot's `full` flag -> copy engine: slot -> device -> set `free` -> [add it in]
+// The waits and writes are stream memory operations (cuStreamWaitValue32 with
+// CU_STREAM_WAIT_VALUE_AND / cuStreamWriteValue32) on flags in the same mapped shared memory: the
+// GPU's front end polls them, no SM and no host thread takes part, and the only kernels are the
+// owner's additions (one short pass per chunk). A stream write comes after the copies before it
+// on its stream, with a system-wide fence (CU_STREAM_WRITE_VALUE_DEFAULT), so a peer that sees
+// `full` sees the chunk. Steps are issued in rounds that every rank shares, so a wait never
+// depends on work issued after it anywhere: streams that share a hardware queue cannot deadlock.
 // Failure: a peer that dies leaves our waits unsatisfied; the group's watchdog times the
-// collective out like any other and calls release_waits(), which writes the counters our
-// streams watch from the host (it is host memory), so the streams drain and teardown proceeds.
+// collective out like any other and calls release_waits(), which raises this rank's failed flag
+// (peers then fail too, instead of trusting what our drained streams send) and sets the release
+// bit on the flags our streams wait on, from the host (it is host memory), so they drain.
+//
+// Note [Replaying host copies]
+// A flag holds the parity of its slot's last use, so its waits carry fixed values; a CUDA graph
+// replays them unchanged. That is right only if every replay starts with the flags as they were
+// at the capture: the capture begins and ends with aligned rings (every ring's use count a
+// multiple of 2 * slots, padded with flag-only uses), and eager all-reduces between replays (a
+// loss or a flag all-reduced) are followed by the padding before the next replay
+// (ProcessGroupNccl::prepare_replay).
 namespace {
 
 constexpr size_t kCounterStride = 128;  // a counter per cache line pair: no false sharing
@@ -92,27 +102,28 @@ bool HostCopyTransport::supports(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
 }
 
-// Header: `ready` counters, `consumed` counters (one per rank each), then the failed flag.
-size_t header_bytes(int world) { return round_up((2 * world + 1) * kCounterStride, kPage); }
+// Header: `full` flags (per peer and slot), `free` flags (per peer and slot), then the failed flag.
+size_t header_bytes(int world, int slots) { return round_up((2 * world * slots + 1) * kCounterStride, kPage); }
 
 size_t HostCopyTransport::segment_bytes() const {
-  const size_t header = header_bytes(options_.world_size);
+  const size_t header = header_bytes(options_.world_size, options_.slots);
   return header + static_cast<size_t>(options_.world_size - 1) * options_.slots * options_.chunk_bytes;
 }
 
 size_t HostCopyTransport::ring_offset(int from, int to) const {
-  const size_t header = header_bytes(options_.world_size);
+  const size_t header = header_bytes(options_.world_size, options_.slots);
   const int ring = to < from ? to : to - 1;  // rings to every other rank, in rank order
   return header + static_cast<size_t>(ring) * options_.slots * options_.chunk_bytes;
 }
 
-uint32_t* HostCopyTransport::ready_counter(int owner, int peer) const {
-  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) + peer * kCounterStride);
+uint32_t* HostCopyTransport::full_flag(int owner, int peer, int slot) const {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
+                                     (peer * options_.slots + slot) * kCounterStride);
 }
 
-uint32_t* HostCopyTransport::consumed_counter(int owner, int peer) const {
+uint32_t* HostCopyTransport::free_flag(int owner, int peer, int slot) const {
   return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
-                                     (options_.world_size + peer) * kCounterStride);
+                                     ((options_.world_size + peer) * options_.slots + slot) * kCounterStride);
 }
 
 HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
@@ -121,11 +132,6 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
   VITDDP_CHECK(world >= 2 && rank >= 0 && rank < world, "HostCopyTransport: rank ", rank, " of ", world);
   VITDDP_CHECK(options.chunk_bytes >= 4096 && options.chunk_bytes % 64 == 0 && options.slots >= 1,
                "HostCopyTransport: chunk of ", options.chunk_bytes, " bytes and ", options.slots, " slots");
-  // Streams that share a hardware queue run in one order; a copy stream's wait for a peer would
-  // then hold up this rank's other streams, the peer's progress included: a deadlock.
-  if (const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
-    VITDDP_CHECK(std::atoi(connections) != 1, "--host-copy-allreduce needs more than one hardware work queue: ",
-                 "CUDA_DEVICE_MAX_CONNECTIONS=1 would let one copy stream's wait for a peer stall the others");
   cuda::DeviceScope scope(options.device);
   driver_mem_ops();  // a driver without them fails here, at start
   FileStore store(options.rendezvous);
@@ -152,6 +158,11 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
     CUDA_CHECK(cudaHostGetDevicePointer(&m.device_view, m.segment.data(), 0));
   };
   map(rank, host_copy::ShmSegment::create(name_of(rank), segment_bytes()));
+  for (int q = 0; q < world; ++q)
+    for (int slot = 0; slot < options.slots; ++slot) {
+      *full_flag(rank, q, slot) = host_copy::kInitialFlag;
+      *free_flag(rank, q, slot) = host_copy::kInitialFlag;
+    }
   store.set(prefix + "made/" + std::to_string(rank), "1");
   for (int q = 0; q < world; ++q) {
     if (q == rank) continue;
@@ -183,7 +194,7 @@ HostCopyTransport::~HostCopyTransport() {
 
 uint32_t* HostCopyTransport::failed_flag(int owner) const {
   return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
-                                     2 * options_.world_size * kCounterStride);
+                                     2 * options_.world_size * options_.slots * kCounterStride);
 }
 
 int HostCopyTransport::peer_failed() const noexcept {
@@ -209,27 +220,31 @@ void HostCopyTransport::release_waits() noexcept {
     __atomic_store_n(failed_flag(me), 1u, __ATOMIC_SEQ_CST);
   for (int q = 0; q < options_.world_size; ++q) {
     if (q == me || !segments_[q].segment.data()) continue;
-    // The counters this rank's streams wait on, set to the last value they were told to wait for.
-    __atomic_store_n(consumed_counter(q, me), counters_.sent[q], __ATOMIC_SEQ_CST);
-    __atomic_store_n(ready_counter(q, me), counters_.received[q], __ATOMIC_SEQ_CST);
+    // The flags this rank's streams wait on (written by the peer): the release bit ends every wait.
+    for (int slot = 0; slot < options_.slots; ++slot) {
+      __atomic_fetch_or(full_flag(q, me, slot), host_copy::kReleased, __ATOMIC_SEQ_CST);
+      __atomic_fetch_or(free_flag(q, me, slot), host_copy::kReleased, __ATOMIC_SEQ_CST);
+    }
   }
 }
 
 void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype,
-                            float scale, cudaStream_t stream) {
+                            float scale) {
   using Kind = host_copy::CopyStep::Kind;
   const int me = options_.rank;
-  auto device_address = [&](int owner, const uint32_t* counter) {
+  cudaStream_t stream =
+      step.stream == host_copy::CopyStep::Stream::kSend ? send_stream_.get() : recv_stream_.get();
+  auto device_address = [&](int owner, const uint32_t* flag) {
     const char* base = static_cast<const char*>(segments_[owner].segment.data());
     return reinterpret_cast<CUdeviceptr>(static_cast<char*>(segments_[owner].device_view) +
-                                         (reinterpret_cast<const char*>(counter) - base));
+                                         (reinterpret_cast<const char*>(flag) - base));
   };
-  auto wait = [&](int owner, const uint32_t* counter) {
-    cu_check(driver_mem_ops().wait_value32(stream, device_address(owner, counter), step.value, CU_STREAM_WAIT_VALUE_GEQ),
+  auto wait = [&](int owner, const uint32_t* flag) {
+    cu_check(driver_mem_ops().wait_value32(stream, device_address(owner, flag), step.mask, CU_STREAM_WAIT_VALUE_AND),
              "cuStreamWaitValue32");
   };
-  auto write = [&](const uint32_t* counter) {
-    cu_check(driver_mem_ops().write_value32(stream, device_address(me, counter), step.value, CU_STREAM_WRITE_VALUE_DEFAULT),
+  auto write = [&](const uint32_t* flag) {
+    cu_check(driver_mem_ops().write_value32(stream, device_address(me, flag), step.value, CU_STREAM_WRITE_VALUE_DEFAULT),
              "cuStreamWriteValue32");
   };
   auto slot = [&](int from, int to) {
@@ -239,61 +254,55 @@ void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_
   const size_t bytes = static_cast<size_t>(step.count) * element_bytes;
   char* at = buffer + static_cast<size_t>(step.offset) * element_bytes;
   switch (step.kind) {
-    case Kind::kWaitConsumed: return wait(step.peer, consumed_counter(step.peer, me));
+    case Kind::kWaitFree: return wait(step.peer, free_flag(step.peer, me, step.slot));
     case Kind::kCopyToRing:
       CUDA_CHECK(cudaMemcpyAsync(slot(me, step.peer), at, bytes, cudaMemcpyDeviceToHost, stream));
       return;
-    case Kind::kSignalReady: return write(ready_counter(me, step.peer));
-    case Kind::kWaitReady: return wait(step.peer, ready_counter(step.peer, me));
+    case Kind::kSignalFull: return write(full_flag(me, step.peer, step.slot));
+    case Kind::kWaitFull: return wait(step.peer, full_flag(step.peer, me, step.slot));
     case Kind::kCopyFromRing:
       CUDA_CHECK(cudaMemcpyAsync(step.to_staging ? staging_ : at, slot(step.peer, me), bytes, cudaMemcpyHostToDevice,
                                  stream));
       return;
-    case Kind::kSignalConsumed: return write(consumed_counter(me, step.peer));
+    case Kind::kSignalFree: return write(free_flag(me, step.peer, step.slot));
     case Kind::kReduce: return cuda::chunk_sum_forward(at, staging_, step.count, dtype, step.last ? scale : 1.0f, stream);
     case Kind::kMarkReduced: return reduced_[step.chunk].record(stream);
     case Kind::kWaitReduced: return reduced_[step.chunk].block(stream);
   }
 }
 
-void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
-  VITDDP_CHECK(supports(dtype), "HostCopyTransport: ", dtype_name(dtype), " is not f32, bf16 or f16");
+void HostCopyTransport::issue(const host_copy::CopyPlan& plan, char* buffer, DType dtype, float scale,
+                              cudaStream_t stream) {
   cuda::DeviceScope scope(options_.device);
-  const size_t element_bytes = dtype_size(dtype);
-  const int64_t chunk_elements = options_.chunk_bytes / static_cast<int64_t>(element_bytes);
-  const host_copy::CopyPlan plan =
-      host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_);
   while (static_cast<int64_t>(reduced_.size()) < plan.reduced_chunks) reduced_.push_back(cuda::Event::create());
-  const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.world_size) : 1.0f;
-
   fork_.record(stream);
   fork_.block(send_stream_.get());
   fork_.block(recv_stream_.get());
-  char* buffer = static_cast<char*>(data);
-  // A stream waits for an event's latest record at the time of the wait: each kMarkReduced must
-  // be issued before the kWaitReduced of its chunk, so the receive steps are issued just far
-  // enough ahead of the send steps.
-  using Kind = host_copy::CopyStep::Kind;
-  size_t next_recv = 0;
-  int64_t marked = 0;
-  auto issue_recv_step = [&] {
-    const auto& step = plan.recv[next_recv++];
-    run(step, buffer, element_bytes, dtype, scale, recv_stream_.get());
-    if (step.kind == Kind::kMarkReduced) marked = step.chunk + 1;
-  };
-  for (const auto& step : plan.send) {
-    if (step.kind == Kind::kWaitReduced)
-      while (marked <= step.chunk) {
-        VITDDP_CHECK(next_recv < plan.recv.size(), "HostCopyTransport: chunk ", step.chunk, " is never reduced");
-        issue_recv_step();
-      }
-    run(step, buffer, element_bytes, dtype, scale, send_stream_.get());
-  }
-  while (next_recv < plan.recv.size()) issue_recv_step();
+  const size_t element_bytes = dtype_size(dtype);
+  for (const auto& step : plan.steps) run(step, buffer, element_bytes, dtype, scale);
   send_done_.record(send_stream_.get());
   recv_done_.record(recv_stream_.get());
   send_done_.block(stream);
   recv_done_.block(stream);
+}
+
+bool HostCopyTransport::rings_aligned() const { return host_copy::rings_aligned(options_.slots, counters_); }
+
+bool HostCopyTransport::align_rings(cudaStream_t stream) {
+  if (rings_aligned()) return false;
+  const host_copy::CopyPlan plan =
+      host_copy::pad_rings(options_.world_size, options_.rank, options_.slots, counters_);
+  issue(plan, nullptr, DType::kF32, 1.0f, stream);
+  return true;
+}
+
+void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
+  VITDDP_CHECK(supports(dtype), "HostCopyTransport: ", dtype_name(dtype), " is not f32, bf16 or f16");
+  const int64_t chunk_elements = options_.chunk_bytes / static_cast<int64_t>(dtype_size(dtype));
+  const host_copy::CopyPlan plan =
+      host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_);
+  const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.world_size) : 1.0f;
+  issue(plan, static_cast<char*>(data), dtype, scale, stream);
 }
 
 }  // namespace vitddp

@@ -6,8 +6,9 @@
 // shared-memory transport keeps kernels spinning on SMs beside backward for the whole copy.
 //
 // Every rank of the group must live on this host (checked at construction) and issue the same
-// all-reduces in the same order, as with NCCL. Eager streams only: the counters it waits on
-// advance with every all-reduce, so a CUDA graph's frozen values cannot replay it.
+// all-reduces in the same order, as with NCCL. A CUDA graph may capture its all-reduces if the
+// capture starts and ends with aligned rings (align_rings()) and the rings are aligned again
+// before every replay (Note [Replaying host copies]).
 #pragma once
 
 #include <chrono>
@@ -51,6 +52,11 @@ class HostCopyTransport {
   // Enqueues the all-reduce of `count` elements at `data` (on this rank's device): on return
   // `stream` waits for its end; the host never blocks.
   void allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream);
+  // Flag-only uses of the rings, on `stream` like an all-reduce, until every ring is back at the
+  // flags it started with (host_copy::pad_rings); nothing when it already is. Every rank must
+  // call it at the same point. Returns whether it enqueued anything.
+  bool align_rings(cudaStream_t stream);
+  bool rings_aligned() const;
   // After the group failed: satisfies every wait already enqueued on this rank's copy streams
   // (writing the counters they watch, which only this rank waits on), so that they drain instead
   // of waiting forever for a peer that is gone. The buffers' contents are then garbage.
@@ -70,11 +76,12 @@ class HostCopyTransport {
   };
   size_t segment_bytes() const;
   size_t ring_offset(int from, int to) const;  // in `from`'s segment
-  uint32_t* ready_counter(int owner, int peer) const;     // ring owner -> peer, in owner's segment
-  uint32_t* consumed_counter(int owner, int peer) const;  // ring peer -> owner, in owner's segment
-  uint32_t* failed_flag(int owner) const;                  // set by release_waits(), in owner's segment
-  void run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype, float scale,
-           cudaStream_t stream);
+  uint32_t* full_flag(int owner, int peer, int slot) const;  // ring owner -> peer, in owner's segment
+  uint32_t* free_flag(int owner, int peer, int slot) const;  // ring peer -> owner, in owner's segment
+  uint32_t* failed_flag(int owner) const;                     // set by release_waits(), in owner's segment
+  // Issues `plan` between `stream` and the two copy streams (fork, steps, join).
+  void issue(const host_copy::CopyPlan& plan, char* buffer, DType dtype, float scale, cudaStream_t stream);
+  void run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype, float scale);
 
   HostCopyOptions options_;
   std::vector<Mapped> segments_;  // by rank; segments_[rank] is this rank's

@@ -757,6 +757,22 @@ void ProcessGroupNccl::register_buffer(const Tensor& t) {
   registrations_.push_back(handle);
 }
 
+// Note [Replaying host copies] (host_copy_transport.cpp): the rings aligned before a capture,
+// at its end (inside the graph) and before every replay.
+void ProcessGroupNccl::align_host_copy_rings() {
+  if (!shared_->host_copy || shared_->host_copy->rings_aligned()) return;
+  HostCopyTransport* host_copy = shared_->host_copy.get();
+  Shared* shared = shared_.get();
+  launch("host-copy ring alignment", {}, [=](ncclComm_t, cudaStream_t stream) {
+    try {
+      host_copy->align_rings(stream);
+    } catch (const Error& e) {
+      shared->fail(Error(std::string("the host-copy ring alignment could not be issued: ") + e.what(), e.kind()));
+    }
+    return ncclSuccess;
+  })->wait();
+}
+
 void ProcessGroupNccl::finish_enqueue() {
   std::lock_guard<std::mutex> lock(shared_->mutex);
   shared_->check(timeout_);
@@ -779,10 +795,6 @@ std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp
   const std::string what =
       detail::concat("allreduce(", tensor.description(), ", ", op == ReduceOp::kSum ? "sum" : "avg", ")");
   if (shared_->host_copy && HostCopyTransport::supports(tensor.dtype())) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(), &capture));
-    VITDDP_CHECK(capture == cudaStreamCaptureStatusNone, "ProcessGroupNccl: the host-copy all-reduce cannot be ",
-                 "captured in a CUDA graph (its counters advance with every collective)");
     HostCopyTransport* host_copy = shared_->host_copy.get();
     Shared* shared = shared_.get();
     const DType dtype_of = tensor.dtype();

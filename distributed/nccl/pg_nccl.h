@@ -112,6 +112,11 @@ class ProcessGroupNccl final : public ProcessGroup {
   // in the .cpp: NCCL may still be putting the last one there).
   cudaStream_t comm_stream() const { return comm_stream_.get(); }
   void finish_enqueue();
+  // --host-copy-allreduce under a CUDA graph (Note [Replaying host copies]): pads the transport's
+  // rings back to their starting flags, on the comm stream, and makes the caller's current stream
+  // wait for it. Call on every rank before a capture, as the capture's last collective, and
+  // before every replay; nothing without the transport or when the rings are aligned.
+  void align_host_copy_rings();
   // Holds the work enqueued so far on the caller's current stream (a replayed CUDA graph with
   // collectives inside, Note [Collectives in a CUDA graph]) to the group's timeout like a
   // collective named `what`: the watchdog aborts the communicator if it has not finished in time.
