@@ -73,7 +73,12 @@ CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
   CUDA_CHECK(cudaGraphGetNodes(g.graph_, nodes.data(), &g.nodes_));
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
-    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    // The runtime has no type for some driver nodes (the stream memory operations of the
+    // host-copy all-reduce answer "unknown error"): they are not kernels either.
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
     if (type != cudaGraphNodeTypeKernel) continue;
     cudaKernelNodeAttrValue value{};
     CUDA_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaKernelNodeAttributePriority, &value));
