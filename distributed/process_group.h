@@ -46,7 +46,8 @@ struct ProcessGroupOptions {
   int max_ctas = 0;
   // NCCL, more than one rank on one host: all-reduces of f32/bf16/f16 go through pinned shared
   // host memory and the copy engines instead of NCCL (distributed/nccl/host_copy_transport.h;
-  // --host-copy-allreduce). Other collectives stay NCCL's. Not capturable in a CUDA graph.
+  // --host-copy-allreduce). Other collectives stay NCCL's. Capturable in a CUDA graph
+  // (ProcessGroupNccl::align_host_copy_rings, Note [Replaying host copies]).
   bool host_copy_allreduce = false;
 };
 

@@ -45,7 +45,7 @@ namespace vitddp {
 // (ProcessGroupNccl::prepare_replay).
 namespace {
 
-constexpr size_t kCounterStride = 128;  // a counter per cache line pair: no false sharing
+constexpr size_t kCounterStride = 128;  // a flag per cache line pair: no false sharing
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }

@@ -58,7 +58,7 @@ class HostCopyTransport {
   bool align_rings(cudaStream_t stream);
   bool rings_aligned() const;
   // After the group failed: satisfies every wait already enqueued on this rank's copy streams
-  // (writing the counters they watch, which only this rank waits on), so that they drain instead
+  // (setting the release bit on the flags they watch, which only this rank waits on), so that they drain instead
   // of waiting forever for a peer that is gone. The buffers' contents are then garbage.
   // It also raises this rank's failed flag first, which peers see through peer_failed().
   void release_waits() noexcept;
