@@ -74,6 +74,12 @@ class ProcessGroup {
   };
   virtual IssueStats issue_stats() const { return {}; }
 
+  // Throws the group's failure, or one it detects now, without issuing anything (NCCL: an
+  // asynchronous error, a late collective, a peer's failed host-copy transport); nothing where a
+  // backend has nothing to check. The trainer calls it before writing weights, once the step's
+  // work is done, so a failure seen by then is never saved as a result.
+  virtual void check_health() {}
+
  protected:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
 

@@ -543,6 +543,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // This step first: a non-finite one stops the run under --nonfinite stop before anything
       // is saved (PowerSGD updates its state in place then: Note [PowerSGD and skipped steps]).
       report_through(step);
+      if (ddp.group) ddp.group->check_health();  // the step's collectives are done: none failed
       save(step + 1);
     }
     if (stopping) {
@@ -571,6 +572,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                " steps (--warmup + --steps)");
   // The run's weights, before --op-breakdown's two extra steps change them.
   if (!config.save.empty() && env.rank == 0) {
+    if (ddp.group) ddp.group->check_health();  // the last step's collectives are done: none failed
     write_safetensors(config.save, arena.master_views());
     out << "saved weights to " << config.save << "\n";
   }

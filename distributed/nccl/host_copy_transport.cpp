@@ -42,7 +42,7 @@ namespace vitddp {
 // at the capture: the capture begins and ends with aligned rings (every ring's use count a
 // multiple of 2 * slots, padded with flag-only uses), and eager all-reduces between replays (a
 // loss or a flag all-reduced) are followed by the padding before the next replay
-// (ProcessGroupNccl::prepare_replay).
+// (ProcessGroupNccl::align_host_copy_rings).
 namespace {
 
 constexpr size_t kCounterStride = 128;  // a flag per cache line pair: no false sharing

@@ -605,6 +605,29 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   if (status != cudaSuccess) {
     std::fprintf(stderr, "vitddp: warning: the NCCL stream failed: %s\n", cudaGetErrorString(status));
   }
+  if (shared_->host_copy) {
+    // A replayed graph's host copies run on the caller's stream, watched only through in_flight:
+    // one still waiting for a peer that left must drain before the segments go.
+    auto all_done = [&] {
+      for (const Shared::InFlight& entry : shared_->in_flight)
+        if (cudaEventQuery(entry.done->get()) == cudaErrorNotReady) return false;
+      return true;
+    };
+    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
+    while (!all_done() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!all_done()) {
+      shared_->host_copy->release_waits();
+      const auto second = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
+      while (!all_done() && Clock::now() < second) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!all_done()) {
+      std::fprintf(stderr, "vitddp: warning: work replayed with host copies is still waiting at teardown; leaking "
+                           "its memory\n");
+      (void)new std::deque<Shared::InFlight>(std::move(shared_->in_flight));
+      (void)shared_->host_copy.release();
+      return;
+    }
+  }
   shared_->in_flight.clear();
   if (shared_->host_copy && !shared_->host_copy->idle()) {
     // Its copy streams hold work the comm stream never joined (an issue that failed halfway).
@@ -760,7 +783,10 @@ void ProcessGroupNccl::register_buffer(const Tensor& t) {
 // Note [Replaying host copies] (host_copy_transport.cpp): the rings aligned before a capture,
 // at its end (inside the graph) and before every replay.
 void ProcessGroupNccl::align_host_copy_rings() {
-  if (!shared_->host_copy || shared_->host_copy->rings_aligned()) return;
+  // Issued on every rank even when this rank's rings need nothing (with three or more ranks one
+  // rank may be aligned while others are not): the ranks' collective numbering stays the same, and
+  // the caller's stream is ordered after every host copy issued so far.
+  if (!shared_->host_copy) return;
   HostCopyTransport* host_copy = shared_->host_copy.get();
   Shared* shared = shared_.get();
   launch("host-copy ring alignment", {}, [=](ncclComm_t, cudaStream_t stream) {

@@ -104,7 +104,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   // problem. The watchdog calls it with the group's timeout every 100 ms; callers may call it
   // whenever they like (cheap: one event query per in-flight collective).
   void check_health(std::chrono::milliseconds timeout);
-  void check_health() { check_health(timeout_); }
+  void check_health() override { check_health(timeout_); }
 
   int device() const { return device_; }
   // Work recorded on the comm stream by others (the step tracer's marks) must come after the
