@@ -1,8 +1,8 @@
 // The host-copy all-reduce (Note [Host-copy all-reduce], --host-copy-allreduce) on two GPUs, one
 // rank per thread: exact sums and averages in f32, bf16 and f16 over sizes from one element to
 // many chunks per ring (slots reused), several collectives queued before any wait and mixed
-// with NCCL's; sums bit-identical to NCCL's; and a missing peer times out instead of hanging,
-// the group's teardown included. Skipped without two GPUs.
+// with NCCL's; sums bit-identical to NCCL's; a missing peer times out instead of hanging, the
+// group's teardown included; and a failed peer fails the live rank too. Skipped without two GPUs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -151,6 +151,38 @@ TEST(HostCopyGpu, MissingPeerTimesOutAndTheTeardownFinishes) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);  // the teardowns included
   EXPECT_EQ(kind, ErrorKind::kTimeout) << what;
   EXPECT_NE(what.find("via host copy"), std::string::npos) << what;
+  EXPECT_EQ(errors[1], "");
+}
+
+// Rank 0 fails (its collective times out while rank 1 stays away); rank 1, alive, must then fail
+// too at its next check, naming rank 0's transport, rather than take what rank 0's released
+// streams send for a result.
+TEST(HostCopyGpu, APeersFailureFailsTheLiveRankToo) {
+  VITDDP_REQUIRE_GPU();
+  if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  ErrorKind kind = ErrorKind::kUser;
+  std::string what;
+  auto errors = run_pair(2000ms, [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl&) {
+    pg.barrier();
+    if (rank == 0) {
+      Tensor t = pattern(rank, 1024 * 1024, DType::kF32, pg.device());
+      auto work = pg.allreduce(t, ReduceOp::kSum);
+      try {
+        while (!work->done()) std::this_thread::sleep_for(10ms);
+      } catch (const Error&) {
+      }
+      return;
+    }
+    std::this_thread::sleep_for(5s);  // rank 0 has timed out and released its waits by now
+    try {
+      pg.check_health();
+    } catch (const Error& e) {
+      kind = e.kind();
+      what = e.what();
+    }
+  });
+  EXPECT_EQ(kind, ErrorKind::kPeer) << what;
+  EXPECT_NE(what.find("rank 0's host-copy transport failed"), std::string::npos) << what;
   EXPECT_EQ(errors[1], "");
 }
 
