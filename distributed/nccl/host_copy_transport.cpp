@@ -45,10 +45,13 @@ namespace vitddp {
 // (ProcessGroupNccl::align_host_copy_rings).
 namespace {
 
-constexpr size_t kCounterStride = 128;  // a flag per cache line pair: no false sharing
+constexpr size_t kFlagStride = 128;  // a flag per cache line pair: no false sharing
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Header: `full` flags (per peer and slot), `free` flags (per peer and slot), then the failed flag.
+size_t header_bytes(int world, int slots) { return round_up((2 * world * slots + 1) * kFlagStride, kPage); }
 
 // The driver's stream memory operations, looked up through the runtime: linking libcuda would
 // keep the binaries (and the GPU tests, which skip themselves) from starting on a machine
@@ -102,9 +105,6 @@ bool HostCopyTransport::supports(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
 }
 
-// Header: `full` flags (per peer and slot), `free` flags (per peer and slot), then the failed flag.
-size_t header_bytes(int world, int slots) { return round_up((2 * world * slots + 1) * kCounterStride, kPage); }
-
 size_t HostCopyTransport::segment_bytes() const {
   const size_t header = header_bytes(options_.world_size, options_.slots);
   return header + static_cast<size_t>(options_.world_size - 1) * options_.slots * options_.chunk_bytes;
@@ -116,15 +116,19 @@ size_t HostCopyTransport::ring_offset(int from, int to) const {
   return header + static_cast<size_t>(ring) * options_.slots * options_.chunk_bytes;
 }
 
+uint32_t* HostCopyTransport::flag(int owner, size_t index) const {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) + index * kFlagStride);
+}
+
 uint32_t* HostCopyTransport::full_flag(int owner, int peer, int slot) const {
-  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
-                                     (peer * options_.slots + slot) * kCounterStride);
+  return flag(owner, peer * options_.slots + slot);
 }
 
 uint32_t* HostCopyTransport::free_flag(int owner, int peer, int slot) const {
-  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
-                                     ((options_.world_size + peer) * options_.slots + slot) * kCounterStride);
+  return flag(owner, (options_.world_size + peer) * options_.slots + slot);
 }
+
+uint32_t* HostCopyTransport::failed_flag(int owner) const { return flag(owner, 2 * options_.world_size * options_.slots); }
 
 HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
     : options_(options), counters_(options.world_size) {
@@ -190,11 +194,6 @@ HostCopyTransport::~HostCopyTransport() {
   if (staging_) CUDA_WARN(cudaFree(staging_));
   for (Mapped& m : segments_)
     if (m.registered) CUDA_WARN(cudaHostUnregister(m.segment.data()));
-}
-
-uint32_t* HostCopyTransport::failed_flag(int owner) const {
-  return reinterpret_cast<uint32_t*>(static_cast<char*>(segments_[owner].segment.data()) +
-                                     2 * options_.world_size * options_.slots * kCounterStride);
 }
 
 int HostCopyTransport::peer_failed() const noexcept {
@@ -286,14 +285,10 @@ void HostCopyTransport::issue(const host_copy::CopyPlan& plan, char* buffer, DTy
   recv_done_.block(stream);
 }
 
-bool HostCopyTransport::rings_aligned() const { return host_copy::rings_aligned(options_.slots, counters_); }
-
-bool HostCopyTransport::align_rings(cudaStream_t stream) {
-  if (rings_aligned()) return false;
+void HostCopyTransport::align_rings(cudaStream_t stream) {
   const host_copy::CopyPlan plan =
       host_copy::pad_rings(options_.world_size, options_.rank, options_.slots, counters_);
-  issue(plan, nullptr, DType::kF32, 1.0f, stream);
-  return true;
+  if (!plan.steps.empty()) issue(plan, nullptr, DType::kF32, 1.0f, stream);
 }
 
 void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {

@@ -54,9 +54,8 @@ class HostCopyTransport {
   void allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream);
   // Flag-only uses of the rings, on `stream` like an all-reduce, until every ring is back at the
   // flags it started with (host_copy::pad_rings); nothing when it already is. Every rank must
-  // call it at the same point. Returns whether it enqueued anything.
-  bool align_rings(cudaStream_t stream);
-  bool rings_aligned() const;
+  // call it at the same point.
+  void align_rings(cudaStream_t stream);
   // After the group failed: satisfies every wait already enqueued on this rank's copy streams
   // (setting the release bit on the flags they watch, which only this rank waits on), so that they drain instead
   // of waiting forever for a peer that is gone. The buffers' contents are then garbage.
@@ -76,6 +75,7 @@ class HostCopyTransport {
   };
   size_t segment_bytes() const;
   size_t ring_offset(int from, int to) const;  // in `from`'s segment
+  uint32_t* flag(int owner, size_t index) const;             // the index-th flag of owner's header
   uint32_t* full_flag(int owner, int peer, int slot) const;  // ring owner -> peer, in owner's segment
   uint32_t* free_flag(int owner, int peer, int slot) const;  // ring peer -> owner, in owner's segment
   uint32_t* failed_flag(int owner) const;                     // set by release_waits(), in owner's segment

@@ -583,63 +583,39 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   shared_->comm = NcclComm();
   // After an abort the comm stream may still hold work that reads the kept tensors: release
   // them only once it is idle, and leak them (never reuse the memory) if it does not get there.
-  auto wait_until_idle = [&] {
-    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
-    cudaError_t status = cudaErrorNotReady;
-    while ((status = cudaStreamQuery(comm_stream_.get())) == cudaErrorNotReady && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return status;
+  // With host copies, also their copy streams (work the comm stream never joined after an issue
+  // that failed halfway) and replayed graphs, whose host copies run on the caller's stream and
+  // are watched only through in_flight: any of them may wait for a peer that left without a
+  // failure seen here, until its waits are released.
+  auto settled = [&] {
+    if (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady) return false;
+    if (!shared_->host_copy) return true;
+    for (const Shared::InFlight& entry : shared_->in_flight)
+      if (cudaEventQuery(entry.done->get()) == cudaErrorNotReady) return false;
+    return shared_->host_copy->idle();
   };
-  cudaError_t status = wait_until_idle();
-  if (status == cudaErrorNotReady && shared_->host_copy) {
-    // Host-copy waits for a peer that will not come (it left without a failure seen here).
+  auto wait_until_settled = [&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
+    while (!settled() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return settled();
+  };
+  bool idle = wait_until_settled();
+  if (!idle && shared_->host_copy) {
     shared_->host_copy->release_waits();
-    status = wait_until_idle();
+    idle = wait_until_settled();
   }
-  if (status == cudaErrorNotReady) {
-    std::fprintf(stderr, "vitddp: warning: the NCCL stream is still busy at teardown; leaking its buffers\n");
+  if (!idle) {
+    std::fprintf(stderr, "vitddp: warning: the NCCL stream%s still busy at teardown; leaking its buffers\n",
+                 shared_->host_copy ? " or its host copies are" : " is");
     (void)new std::deque<Shared::InFlight>(std::move(shared_->in_flight));
     (void)shared_->host_copy.release();  // its registered memory may still be read
     return;
   }
+  const cudaError_t status = cudaStreamQuery(comm_stream_.get());
   if (status != cudaSuccess) {
     std::fprintf(stderr, "vitddp: warning: the NCCL stream failed: %s\n", cudaGetErrorString(status));
   }
-  if (shared_->host_copy) {
-    // A replayed graph's host copies run on the caller's stream, watched only through in_flight:
-    // one still waiting for a peer that left must drain before the segments go.
-    auto all_done = [&] {
-      for (const Shared::InFlight& entry : shared_->in_flight)
-        if (cudaEventQuery(entry.done->get()) == cudaErrorNotReady) return false;
-      return true;
-    };
-    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
-    while (!all_done() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (!all_done()) {
-      shared_->host_copy->release_waits();
-      const auto second = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
-      while (!all_done() && Clock::now() < second) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (!all_done()) {
-      std::fprintf(stderr, "vitddp: warning: work replayed with host copies is still waiting at teardown; leaking "
-                           "its memory\n");
-      (void)new std::deque<Shared::InFlight>(std::move(shared_->in_flight));
-      (void)shared_->host_copy.release();
-      return;
-    }
-  }
   shared_->in_flight.clear();
-  if (shared_->host_copy && !shared_->host_copy->idle()) {
-    // Its copy streams hold work the comm stream never joined (an issue that failed halfway).
-    shared_->host_copy->release_waits();
-    const auto deadline = Clock::now() + std::chrono::seconds(kAbortGraceSeconds);
-    while (!shared_->host_copy->idle() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (!shared_->host_copy->idle()) {
-      std::fprintf(stderr, "vitddp: warning: the host-copy streams are still busy at teardown; leaking their memory\n");
-      (void)shared_->host_copy.release();
-      return;
-    }
-  }
   shared_->host_copy.reset();
 }
 
@@ -788,15 +764,24 @@ void ProcessGroupNccl::align_host_copy_rings() {
   // the caller's stream is ordered after every host copy issued so far.
   if (!shared_->host_copy) return;
   HostCopyTransport* host_copy = shared_->host_copy.get();
+  launch("host-copy ring alignment", {},
+         host_copy_call("ring alignment", [host_copy](cudaStream_t stream) { host_copy->align_rings(stream); }))
+      ->wait();
+}
+
+// An issue that throws halfway leaves this rank's rings out of step with the peers': the group
+// fails (and releases the waits already issued).
+ProcessGroupNccl::NcclCall ProcessGroupNccl::host_copy_call(const std::string& what,
+                                                            std::function<void(cudaStream_t)> issue) {
   Shared* shared = shared_.get();
-  launch("host-copy ring alignment", {}, [=](ncclComm_t, cudaStream_t stream) {
+  return [shared, what, issue = std::move(issue)](ncclComm_t, cudaStream_t stream) {
     try {
-      host_copy->align_rings(stream);
+      issue(stream);
     } catch (const Error& e) {
-      shared->fail(Error(std::string("the host-copy ring alignment could not be issued: ") + e.what(), e.kind()));
+      shared->fail(Error(detail::concat("the host-copy ", what, " could not be issued: ", e.what()), e.kind()));
     }
     return ncclSuccess;
-  })->wait();
+  };
 }
 
 void ProcessGroupNccl::finish_enqueue() {
@@ -822,17 +807,10 @@ std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp
       detail::concat("allreduce(", tensor.description(), ", ", op == ReduceOp::kSum ? "sum" : "avg", ")");
   if (shared_->host_copy && HostCopyTransport::supports(tensor.dtype())) {
     HostCopyTransport* host_copy = shared_->host_copy.get();
-    Shared* shared = shared_.get();
     const DType dtype_of = tensor.dtype();
-    return launch(what + " via host copy", {tensor}, [=](ncclComm_t, cudaStream_t stream) {
-      try {
-        host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream);
-      } catch (const Error& e) {
-        // Half issued: the rings' counters no longer match the peers'. The group is done for.
-        shared->fail(Error(detail::concat("the host-copy ", what, " could not be issued: ", e.what()), e.kind()));
-      }
-      return ncclSuccess;
-    });
+    return launch(what + " via host copy", {tensor}, host_copy_call(what, [=](cudaStream_t stream) {
+                    host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream);
+                  }));
   }
   return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
     return ncclAllReduce(data, data, count, dtype, nccl_op, comm, stream);

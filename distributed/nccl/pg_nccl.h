@@ -136,6 +136,8 @@ class ProcessGroupNccl final : public ProcessGroup {
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<Work> launch_captured(const std::string& what, std::vector<Tensor> keep, const NcclCall& call,
                                         uint64_t seq, Clock::time_point issue_start);
+  // The call that issues host-copy work through launch(), failing the group when it throws.
+  NcclCall host_copy_call(const std::string& what, std::function<void(cudaStream_t)> issue);
   void check_tensor_arg(const Tensor& t, const char* op, bool allow_int) const;
   void watchdog_loop();
 
