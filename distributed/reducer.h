@@ -40,6 +40,10 @@ struct ReducerOptions {
   // Share of the gradient bytes whose buckets launch in index order; the rest launch in reverse
   // index order once backward has produced them all (Note [Launch order]). 1: all in index order.
   double ready_order_share = 1.0;
+  // With ready_order_share < 1: how many buckets after the first (the last layers' next ones) are
+  // held back and launched last, so the link's last bytes of a step are layers the next forward
+  // reaches last (Note [Launch order]). 0: none.
+  size_t held_buckets = 0;
 };
 
 struct BucketInfo {
@@ -89,7 +93,8 @@ class Reducer {
   std::vector<std::pair<int64_t, int64_t>> flat_ranges(size_t b) const;
   // Bucket indices in the order their communication is launched (Note [Launch order]).
   const std::vector<size_t>& launch_order() const { return launch_order_; }
-  // How many of those launch in index (ready) order; the rest go after backward, last first.
+  // How many of those launch in ready order (index order, the held buckets skipped); the rest go
+  // after backward, last first, the held ones last.
   size_t ready_order_launches() const { return in_index_order_; }
 
   // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.

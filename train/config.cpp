@@ -78,6 +78,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "DDP: share of the gradient bytes all-reduced in the order backward makes them ready; the remaining buckets "
        "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "
        "ready order, as PyTorch)"},
+      {"held-buckets", &c.held_buckets,
+       "DDP with --update-in-forward: the N buckets made right after the first (the last layers') are sent after "
+       "all others, so the link's last bytes of a step are layers the next forward runs last and the link idles "
+       "only through those (0: none)"},
       {"gemm-autotune", &c.gemm_autotune,
        "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
        "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "
@@ -316,6 +320,11 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(ready_order_share == 1 || update_in_forward, "--ready-order-share ", ready_order_share,
                " sends the first layers' gradients first for the next forward; without --update-in-forward that "
                "forward waits for all of them anyway");
+  VITDDP_CHECK(held_buckets >= 0 && held_buckets <= 100000, "--held-buckets must be in [0, 100000], got ",
+               held_buckets);
+  VITDDP_CHECK(held_buckets == 0 || update_in_forward, "--held-buckets ", held_buckets, " sends the last layers' "
+               "gradients last for the next forward; without --update-in-forward that forward waits for all of them "
+               "anyway");
   VITDDP_CHECK(!update_in_forward || nonfinite == "stop", "--update-in-forward applies updates before the step's "
                "gradients have all been scanned; --nonfinite skip needs them all first");
   VITDDP_CHECK(!(update_in_backward && update_in_forward), "--update-in-backward and --update-in-forward place the "

@@ -99,6 +99,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options_r.find_unused_parameters = config.find_unused_parameters;
   options_r.grad_as_bucket_view = config.grad_as_bucket_view;
   options_r.ready_order_share = config.ready_order_share;
+  options_r.held_buckets = static_cast<size_t>(config.held_buckets);
   ddp.reducer = std::make_unique<Reducer>(params, arena.flat_grads(), *ddp.group, make_hook(config), options_r);
   Reducer* reducer = ddp.reducer.get();
   for (size_t i = 0; i < arena.size(); ++i)

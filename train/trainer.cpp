@@ -254,7 +254,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << (grad_allocator ? ", gradients registered with NCCL" : "");
     if (ddp.reducer->ready_order_launches() < ddp.reducer->buckets().size())
       out << ", " << ddp.reducer->ready_order_launches() << " buckets launched in ready order and the rest after "
-          << "backward, the first layers' first";
+          << "backward, the first layers' first"
+          << (config.held_buckets > 0 ? " and the " + std::to_string(std::min<size_t>(config.held_buckets,
+                                                                                    ddp.reducer->buckets().size() - 1)) +
+                                            " held buckets last"
+                                      : std::string());
     out << "\n";
   }
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device

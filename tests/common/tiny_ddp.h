@@ -42,9 +42,11 @@ struct TinyDdp {
 };
 
 // Buckets of at most 40000 bytes after a first of 5000 (several for vit_tiny), launched in
-// index order up to `share` of the bytes; `rebuild`: once, after the first backward.
-inline ReducerOptions small_bucket_options(double share = 1.0, bool rebuild = false) {
+// index order up to `share` of the bytes (`held` buckets after the first sent last); `rebuild`: once,
+// after the first backward.
+inline ReducerOptions small_bucket_options(double share = 1.0, bool rebuild = false, size_t held = 0) {
   ReducerOptions options;
+  options.held_buckets = held;
   options.bucket_cap_bytes = 40000;
   options.first_bucket_cap_bytes = 5000;
   options.ready_order_share = share;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "common/tiny_ddp.h"
 #include "distributed/overlapped_update.h"
@@ -19,8 +21,8 @@ namespace {
 
 // The reducer's test setting with an optimizer over its arena.
 struct DdpRun : testing::TinyDdpWithOptimizer {
-  DdpRun(double share, const std::string& optimizer_name)
-      : TinyDdpWithOptimizer(testing::small_bucket_options(share), optimizer_name) {}
+  DdpRun(double share, const std::string& optimizer_name, size_t held = 0)
+      : TinyDdpWithOptimizer(testing::small_bucket_options(share, false, held), optimizer_name) {}
 };
 
 TEST(LaunchOrder, BucketsPastTheShareGoLastFirst) {
@@ -48,6 +50,45 @@ TEST(LaunchOrder, BucketsPastTheShareGoLastFirst) {
   s.reducer->finalize();
   ASSERT_EQ(s.group.calls.size(), n);
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(s.group.calls[i], buckets[expected[i]].numel) << "launch " << i;
+}
+
+// Held buckets: 0, then index order from H + 1 until the share, then the rest from the last
+// down, and buckets H..1 at the very end; the last launch is bucket 1 (the hooks' step count).
+TEST(LaunchOrder, HeldBucketsGoAfterAllOthers) {
+  for (size_t held : {1u, 2u}) {
+    SCOPED_TRACE("held " + std::to_string(held));
+    DdpRun s(0.3, "sgd", held);
+    const std::vector<BucketInfo>& buckets = s.reducer->buckets();
+    const size_t n = buckets.size();
+    ASSERT_GE(n, held + 4);
+    double total = 0;
+    for (const BucketInfo& b : buckets) total += static_cast<double>(b.bytes);
+    std::vector<size_t> expected{0};
+    double sent = static_cast<double>(buckets[0].bytes);
+    size_t k = held + 1;
+    while (sent < 0.3 * total) {
+      sent += static_cast<double>(buckets[k].bytes);
+      expected.push_back(k++);
+    }
+    ASSERT_LT(k, n);
+    EXPECT_EQ(s.reducer->ready_order_launches(), expected.size());
+    for (size_t b = n; b-- > k;) expected.push_back(b);
+    for (size_t b = held; b >= 1; --b) expected.push_back(b);
+    EXPECT_EQ(s.reducer->launch_order(), expected);
+    s.arena.zero_grad();
+    s.reducer->prepare_for_backward();
+    s.loss(2).backward();
+    s.reducer->finalize();
+    ASSERT_EQ(s.group.calls.size(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(s.group.calls[i], buckets[expected[i]].numel) << "launch " << i;
+  }
+  // More held than there are buckets: all but the first go after it, last first.
+  DdpRun all(0.3, "sgd", 1000);
+  const size_t n = all.reducer->buckets().size();
+  std::vector<size_t> expected{0};
+  for (size_t b = n; b-- > 1;) expected.push_back(b);
+  EXPECT_EQ(all.reducer->launch_order(), expected);
+  EXPECT_EQ(all.reducer->ready_order_launches(), 1u);
 }
 
 TEST(LaunchOrder, ShareOneIsIndexOrderAndOutOfRangeSharesAreRefused) {
@@ -78,9 +119,9 @@ TEST(DeferredFinalize, BucketsMustBeWaitedForBeforeTheNextBackward) {
 // before buckets sent after backward), and the forward applies every one.
 TEST(OverlappedUpdate, GivesTheWeightsOfFinalizeAndStepAndWaitsForTheForward) {
   for (const char* name : {"sgd", "adamw"}) {
-    for (double share : {1.0, 0.3}) {
-      SCOPED_TRACE(std::string(name) + ", share " + std::to_string(share));
-      DdpRun plain(share, name), overlapped(share, name);
+    for (auto [share, held] : {std::pair<double, size_t>{1.0, 0}, {0.3, 0}, {0.3, 2}}) {
+      SCOPED_TRACE(std::string(name) + ", share " + std::to_string(share) + ", held " + std::to_string(held));
+      DdpRun plain(share, name, held), overlapped(share, name, held);
       OverlappedUpdate update(*overlapped.reducer, *overlapped.optimizer, overlapped.arena, overlapped.model);
       const size_t buckets = overlapped.reducer->buckets().size();
       for (uint64_t step = 0; step < 3; ++step) {

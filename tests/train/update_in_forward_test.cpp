@@ -1,6 +1,6 @@
 // `train --update-in-forward` (Note [Updates in the next forward]) over 2 Gloo ranks: the same
 // weights, bit for bit, as the plain update (SGD with momentum, AdamW, gradient accumulation,
-// gradients copied into buckets, first layers' buckets sent first), checkpoints that resume
+// gradients copied into buckets, first layers' buckets sent first, held buckets sent last), checkpoints that resume
 // exactly, a NaN that still stops the run at its step, and bad combinations refused before
 // anything starts.
 #include <gtest/gtest.h>
@@ -25,7 +25,8 @@ TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
                                      std::string("--momentum 0.9 --grad-as-bucket-view=false")}) {
     SCOPED_TRACE(setting);
     for (const std::string& mode : {std::string("--update-in-forward"),
-                                    std::string("--update-in-forward --ready-order-share 0.3")}) {
+                                    std::string("--update-in-forward --ready-order-share 0.3"),
+                                    std::string("--update-in-forward --ready-order-share 0.3 --held-buckets 1")}) {
       SCOPED_TRACE(mode);
       testing::expect_flags_keep_the_bytes(kTwoTinyGlooRanks + " --steps 4 " + setting, mode, "vitddp_uif");
     }
@@ -53,6 +54,8 @@ TEST(UpdateInForward, BadCombinationsAreOneLineAndExitTwo) {
        {std::pair<std::string, std::string>{"--procs 2 --ready-order-share 0", "--ready-order-share must be in (0, 1]"},
         {"--procs 2 --ready-order-share 1.5", "--ready-order-share must be in (0, 1]"},
         {"--procs 2 --ready-order-share 0.5", "without --update-in-forward"},
+        {"--procs 2 --held-buckets 1", "--held-buckets 1 sends the last layers' gradients last"},
+        {"--procs 2 --update-in-forward --held-buckets -1", "--held-buckets must be in [0, 100000]"},
         {"--procs 2 --update-in-forward --nonfinite skip", "--nonfinite skip needs them all first"},
         {"--update-in-forward", "--update-in-forward defers DDP's bucket updates: it needs data parallelism"}}) {
     Outcome o = testing::run_train("", args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1");
