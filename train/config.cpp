@@ -66,10 +66,6 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"nccl-register", &c.nccl_register,
        "GPU DDP: the gradient buffer comes from ncclMemAlloc and is registered with the communicator, so NCCL's "
        "all-reduce works on the buckets in place over NVLink instead of through its staging buffers"},
-      {"nccl-window", &c.nccl_window,
-       "GPU DDP: the gradient buffer comes from ncclMemAlloc and is registered as a symmetric NCCL window, so that "
-       "NCCL may run its symmetric kernels (NVLink peers; sums only: --hook bf16 in bf16 training) with fewer "
-       "blocks beside backward"},
       {"host-copy-allreduce", &c.host_copy_allreduce,
        "GPU DDP on one host: all-reduces go through pinned shared host memory, moved by the copy engines and paced "
        "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
@@ -282,10 +278,6 @@ void TrainConfig::validate() const {
                "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(!nccl_register || (procs == 0 && device != "cpu"),
                "--nccl-register registers gradients with NCCL: it needs a GPU, not --procs or --device cpu");
-  VITDDP_CHECK(!nccl_window || (procs == 0 && device != "cpu"),
-               "--nccl-window registers gradients with NCCL: it needs a GPU, not --procs or --device cpu");
-  VITDDP_CHECK(!(nccl_window && nccl_register), "--nccl-window and --nccl-register register the same gradient "
-               "buffer in two ways: choose one");
   VITDDP_CHECK(!host_copy_allreduce || (procs == 0 && device != "cpu"),
                "--host-copy-allreduce moves GPU buffers with the copy engines: it needs a GPU, not --procs or --device "
                "cpu");

@@ -62,7 +62,6 @@ struct TrainConfig {
   bool update_in_backward = false; // DDP: a bucket's update right after its communication, beside backward
   bool host_copy_allreduce = false;  // GPU DDP: all-reduces through shared host memory and the copy engines
   bool nccl_register = false;      // GPU DDP: gradients in memory NCCL registers (zero-copy collectives)
-  bool nccl_window = false;        // GPU DDP: gradients in a symmetric NCCL window (NCCL's symmetric kernels)
   bool cuda_graph = false;         // GPU: forward, backward and DDP's collectives replayed as one CUDA graph
   double ready_order_share = 1.0;  // DDP: bytes launched in ready order; the rest first-layers first
   int64_t held_buckets = 0;        // DDP: buckets after the first sent after all others (Note [Launch order])

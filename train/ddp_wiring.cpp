@@ -49,14 +49,13 @@ bool ddp_runs(const TrainConfig& config, const RankEnvironment& env) { return en
 }  // namespace
 
 Allocator* ddp_grad_allocator(const TrainConfig& config, const RankEnvironment& env, Device device) {
-  if (!config.nccl_register && !config.nccl_window) return nullptr;
-  const char* flag = config.nccl_window ? "--nccl-window" : "--nccl-register";
-  VITDDP_CHECK(device.is_cuda() && ddp_runs(config, env), flag, " registers DDP's gradient buffer with NCCL: it needs "
-               "GPU data parallelism (--gpus N or --ddp on a GPU)");
+  if (!config.nccl_register) return nullptr;
+  VITDDP_CHECK(device.is_cuda() && ddp_runs(config, env), "--nccl-register registers DDP's gradient buffer with "
+               "NCCL: it needs GPU data parallelism (--gpus N or --ddp on a GPU)");
 #if VITDDP_WITH_NCCL
   return &nccl_memory_allocator();
 #else
-  throw Error(std::string(flag) + " needs a build with NCCL");
+  throw Error("--nccl-register needs a build with NCCL");
 #endif
 }
 
@@ -77,12 +76,11 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.host_copy_allreduce = config.host_copy_allreduce;  // Note [Host-copy all-reduce]
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
-  if (config.nccl_register || config.nccl_window) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp
+  if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp
 #if VITDDP_WITH_NCCL
     auto* nccl = dynamic_cast<ProcessGroupNccl*>(ddp.group.get());
-    VITDDP_CHECK(nccl, config.nccl_window ? "--nccl-window" : "--nccl-register", ": the process group is not NCCL's");
-    nccl->register_buffer(arena.flat_grads(), config.nccl_window ? ProcessGroupNccl::Registration::kSymmetricWindow
-                                                                 : ProcessGroupNccl::Registration::kZeroCopy);
+    VITDDP_CHECK(nccl, "--nccl-register: the process group is not NCCL's");
+    nccl->register_buffer(arena.flat_grads());
 #endif
   }
   // Every rank starts from rank 0's weights (the master; the 16-bit copy follows it). The host

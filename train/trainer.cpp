@@ -152,7 +152,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (!config.init_from.empty()) load_named_tensors(read_safetensors(config.init_from), params, config.init_from);
   // bf16: mixed precision with f32 master weights in the arena (see ParamArena).
   const DType compute_dtype = config.precision == "bf16" ? DType::kBF16 : DType::kF32;
-  // --nccl-register, --nccl-window: the gradients in memory NCCL can register (Note [Registered gradients]).
+  // --nccl-register: the gradients in memory NCCL can register (Note [Registered gradients]).
   Allocator* const grad_allocator = ddp_grad_allocator(config, env, device);
   ParamArena arena(params, device, compute_dtype, grad_allocator);
   Ddp ddp = setup_ddp(config, env, device, arena);
@@ -251,9 +251,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
         << (config.update_in_forward ? ", updates in the next forward" : "")
         << (config.update_in_backward ? ", updates in backward" : "")
-        << (grad_allocator ? (config.nccl_window ? ", gradients in a symmetric NCCL window"
-                                                 : ", gradients registered with NCCL")
-                           : "");
+        << (grad_allocator ? ", gradients registered with NCCL" : "");
     if (ddp.reducer->ready_order_launches() < ddp.reducer->buckets().size())
       out << ", " << ddp.reducer->ready_order_launches() << " buckets launched in ready order and the rest after "
           << "backward, the first layers' first"

@@ -25,7 +25,7 @@ class NcclMemoryAllocator final : public Allocator {
     if (previous != device) cuda::set_device(previous);
     if (result != ncclSuccess)
       throw Error("ncclMemAlloc of " + std::to_string(nbytes) + " bytes on cuda:" + std::to_string(device) +
-                  " failed: " + ncclGetErrorString(result) + " (--nccl-register and --nccl-window need it; run without them)");
+                  " failed: " + ncclGetErrorString(result) + " (--nccl-register needs it; run without it)");
     bytes_[device].add(nbytes);
     return ptr;
   }

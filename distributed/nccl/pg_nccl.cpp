@@ -577,15 +577,8 @@ ProcessGroupNccl::~ProcessGroupNccl() {
       if (result != ncclSuccess)
         std::fprintf(stderr, "vitddp: warning: ncclCommDeregister failed: %s\n", ncclGetErrorString(result));
     }
-    for (ncclWindow_t win : windows_) {
-      ncclResult_t result = ncclCommWindowDeregister(comm, win);
-      if (result == ncclInProgress) result = wait_for_nccl(comm, timeout_);
-      if (result != ncclSuccess)
-        std::fprintf(stderr, "vitddp: warning: ncclCommWindowDeregister failed: %s\n", ncclGetErrorString(result));
-    }
   }
   registrations_.clear();
-  windows_.clear();
   // Finalize waits for the issued collectives (bounded by the timeout, then it aborts).
   shared_->comm = NcclComm();
   // After an abort the comm stream may still hold work that reads the kept tensors: release
@@ -749,32 +742,18 @@ void ProcessGroupNccl::watch_current_stream(const std::string& what) {
 // A captured collective on it is registered by NCCL itself as well. Registration is a
 // collective setup step: every rank registers a buffer of the same layout, and collectives on
 // slices of it keep the same offsets on every rank (DDP's bucket views do).
-//
-// --nccl-window registers the buffer as a symmetric window instead (NCCL 2.27 on): every rank's
-// buffer is mapped into every NVLink peer, and NCCL may run its symmetric kernels on it, which
-// read the peers' halves in place and store the result into them (AllReduce_RSxLD_AGxST) with
-// the fewest blocks its model finds within 2.5% of its peak (about 5 on Hopper, against the
-// ring's 24 channels). They sum only: averaging all-reduces keep the ring kernels, so it takes
-// the bf16 hook (divided first, then summed) in bf16 training.
-void ProcessGroupNccl::register_buffer(const Tensor& t, Registration how) {
+void ProcessGroupNccl::register_buffer(const Tensor& t) {
   check_tensor_arg(t, "ProcessGroupNccl::register_buffer", true);
   std::lock_guard<std::mutex> lock(shared_->mutex);
   shared_->settle(timeout_);
   ncclComm_t comm = shared_->comm.get();
-  const bool window = how == Registration::kSymmetricWindow;
   void* handle = nullptr;
-  ncclWindow_t win = nullptr;
-  ncclResult_t result = window ? ncclCommWindowRegister(comm, t.data_ptr(), t.nbytes(), &win, NCCL_WIN_COLL_SYMMETRIC)
-                               : ncclCommRegister(comm, t.data_ptr(), t.nbytes(), &handle);
+  ncclResult_t result = ncclCommRegister(comm, t.data_ptr(), t.nbytes(), &handle);
   if (result == ncclInProgress) result = wait_for_nccl(comm, timeout_);
   if (result != ncclSuccess)
-    throw Error(std::string(window ? "ncclCommWindowRegister" : "ncclCommRegister") + " of " + t.description() +
-                " failed: " + ncclGetErrorString(result) + (window ? " (--nccl-window" : " (--nccl-register") +
-                "; run without it)");
-  if (window)
-    windows_.push_back(win);
-  else
-    registrations_.push_back(handle);
+    throw Error(std::string("ncclCommRegister of ") + t.description() + " failed: " + ncclGetErrorString(result) +
+                " (--nccl-register; run without it)");
+  registrations_.push_back(handle);
 }
 
 // Note [Replaying host copies] (host_copy_transport.cpp): the rings aligned before a capture,

@@ -124,10 +124,8 @@ class ProcessGroupNccl final : public ProcessGroup {
   // Registers `t`'s memory with the communicator for zero-copy collectives on it and on its
   // slices (Note [Registered gradients] in the .cpp); it must come from nccl_memory_allocator()
   // (distributed/nccl/nccl_memory.h) and outlive the group, which deregisters it at teardown.
-  // Every rank must register its buffer of the same layout, or none. kSymmetricWindow registers
-  // it as a symmetric window instead (ncclCommWindowRegister), for NCCL's symmetric kernels.
-  enum class Registration { kZeroCopy, kSymmetricWindow };
-  void register_buffer(const Tensor& t, Registration how = Registration::kZeroCopy);
+  // Every rank must register its buffer of the same layout, or none.
+  void register_buffer(const Tensor& t);
 
   struct Shared;  // state shared with the Work handles and the watchdog (defined in the .cpp)
 
@@ -152,7 +150,6 @@ class ProcessGroupNccl final : public ProcessGroup {
   IssueStats issued_;  // guarded by shared_->mutex
   Tensor barrier_buffer_;  // f32[1] on device_
   std::vector<void*> registrations_;  // ncclCommRegister handles, deregistered at teardown
-  std::vector<ncclWindow_t> windows_;  // ncclCommWindowRegister handles, deregistered at teardown
 
   std::mutex watchdog_mutex_;
   std::condition_variable watchdog_wake_;

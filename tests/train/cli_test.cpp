@@ -124,9 +124,6 @@ TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
                                                                 "needs a GPU, not --procs or --device cpu"));
   EXPECT_TRUE(bad_input(tiny + " --device cpu --ddp --nccl-register", "it needs a GPU, not --procs or --device cpu"));
   EXPECT_TRUE(bad_input(tiny + " --procs 2 --nccl-register", "it needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --nccl-window", "--nccl-window registers gradients with NCCL: it needs a "
-                                                            "GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --nccl-window --nccl-register", "choose one"));
   EXPECT_TRUE(bad_input(tiny + " --device cpu --host-copy-allreduce", "--host-copy-allreduce moves GPU buffers with "
                                                                       "the copy engines: it needs a GPU, not --procs"));
   EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-allreduce", "it needs a GPU, not --procs or --device cpu"));

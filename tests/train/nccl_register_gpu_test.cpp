@@ -1,7 +1,6 @@
 // `train --gpus 2 --nccl-register` (Note [Registered gradients]): the gradient buffer from
 // ncclMemAlloc, registered with the communicator, gives the weights of the unregistered run bit
-// for bit, eagerly and in a CUDA graph, in fp32 and bf16; so does the buffer as a symmetric window
-// (--nccl-window). Skipped without 2 GPUs.
+// for bit, eagerly and in a CUDA graph, in fp32 and bf16. Skipped without 2 GPUs.
 #include <gtest/gtest.h>
 
 #include "common/ddp_harness.h"
@@ -22,19 +21,6 @@ TEST(NcclRegisterGpu, RegisteredGradientsGiveTheSameWeights) {
     const testing::FlagRuns runs =
         testing::expect_flags_keep_the_weights(kBase + " " + setting, "--nccl-register", "vitddp_nccl_register", 3);
     EXPECT_NE(runs.eager.out.find(", gradients registered with NCCL"), std::string::npos) << runs.eager.out;
-  }
-}
-
-// --nccl-window: the buffer as a symmetric window, where NCCL may run its symmetric kernels on
-// the bf16 hook's sums; two ranks' bf16 sums are the same bits whichever kernel adds them.
-TEST(NcclRegisterGpu, ASymmetricWindowGivesTheSameWeights) {
-  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  for (const std::string setting : {std::string("--precision bf16 --bucket-mb 0.5 --hook bf16"),
-                                    std::string("--precision fp32 --bucket-mb 0.05")}) {
-    SCOPED_TRACE(setting);
-    const testing::FlagRuns runs =
-        testing::expect_flags_keep_the_weights(kBase + " " + setting, "--nccl-window", "vitddp_nccl_window", 3);
-    EXPECT_NE(runs.eager.out.find(", gradients in a symmetric NCCL window"), std::string::npos) << runs.eager.out;
   }
 }
 
