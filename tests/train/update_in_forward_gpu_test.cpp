@@ -1,11 +1,14 @@
 // `train --gpus 2 --update-in-forward` over NCCL (Note [Updates in the next forward]): the same
 // weights, bit for bit, as the plain update, in fp32 and in bf16 (f32 master weights updated in
 // ranges, their bf16 copy rewritten bucket by bucket in the next forward), with the first
-// layers' buckets sent after backward. Skipped without 2 GPUs.
+// layers' buckets sent after backward, and with the buckets after the first held to the end
+// (--held-buckets). Skipped without 2 GPUs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "common/ddp_harness.h"
 #include "common/multiprocess.h"
@@ -21,16 +24,19 @@ TEST(UpdateInForwardGpu, GivesTheWeightsOfThePlainUpdate) {
   // Products chosen by cuBLASLt's heuristic, not by timing: the same in both runs.
   const std::string base = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 4 "
                            "--print-every 0 --bucket-mb 0.05 --momentum 0.9 --gemm-autotune=false";
-  for (const char* precision : {"fp32", "bf16"}) {
-    SCOPED_TRACE(precision);
+  for (auto [precision, held] : {std::pair<const char*, int>{"fp32", 0}, {"bf16", 0}, {"bf16", 2}}) {
+    SCOPED_TRACE(std::string(precision) + ", held " + std::to_string(held));
     const std::string args = base + " --precision " + precision;
     const std::string plain = (dir / "plain.safetensors").string(), deferred = (dir / "deferred.safetensors").string();
     testing::TrainOutcome a = testing::run_train("", args + " --save " + plain, true, 300);
     ASSERT_EQ(a.code, 0) << a.out;
     testing::TrainOutcome b = testing::run_train(
-        "", args + " --update-in-forward --ready-order-share 0.4 --save " + deferred, true, 300);
+        "", args + " --update-in-forward --ready-order-share 0.4 --held-buckets " + std::to_string(held) + " --save " +
+                deferred,
+        true, 300);
     ASSERT_EQ(b.code, 0) << b.out;
     EXPECT_NE(b.out.find("updates in the next forward, "), std::string::npos) << b.out;
+    if (held > 0) EXPECT_NE(b.out.find(" and the 2 held buckets last"), std::string::npos) << b.out;
     const SafetensorsFile x = read_safetensors(plain), y = read_safetensors(deferred);
     ASSERT_EQ(x.tensors.size(), y.tensors.size());
     for (size_t i = 0; i < x.tensors.size(); ++i) {
