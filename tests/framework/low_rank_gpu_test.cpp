@@ -1,6 +1,7 @@
 // PowerSGD's fused bucket passes on the GPU against the CPU versions (framework/cpu/low_rank.h),
 // at ViT-L/32's largest group shape class (rows of 1024 and more than one block of threads) and
-// a narrow one, in f32 and bf16 buckets, rank 4.
+// narrow ones, with row counts that fill the expansion's blocks of 8 rows and leave short ones, in
+// f32 and bf16 buckets, rank 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "common/gpu.h"
 #include "common/test_utils.h"
@@ -27,16 +29,17 @@ TEST(LowRankGpu, FusedPassesMatchTheCpu) {
   const Device gpu = Device::cuda(0);
   Generator gen(3);
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int64_t m : {int64_t{1030}, int64_t{7}, int64_t{1024}}) {  // 1024: quads (aligned rows)
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " m=" + std::to_string(m));
+    // 1024: quads (aligned rows), taken 8 rows a block: 5 rows (one short group), 21 (two whole, one short).
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1030, 5}, {7, 5}, {1024, 5}, {1024, 21}, {12, 21}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " m=" + std::to_string(m) + " n=" + std::to_string(n));
       LowRankGroup g;
       const bool quads = m % 4 == 0;
-      g.count = 3, g.n = 5, g.m = m, g.rank = 4, g.offset = quads ? 16 : 9, g.stride = 5 * m + (quads ? 8 : 3);
+      g.count = 3, g.n = n, g.m = m, g.rank = 4, g.offset = quads ? 16 : 9, g.stride = n * m + (quads ? 8 : 3);
       g.p_offset = quads ? 4 : 2, g.q_offset = quads ? 8 : 6;  // quads: P's and Q's rows aligned too
       const int64_t numel = g.offset + 3 * g.stride;
       Tensor grad = testing::random_tensor({numel}, gen, DType::kF32).to(dtype);
       Tensor error = testing::random_tensor({numel}, gen, DType::kF32);
-      Tensor p = testing::random_tensor({g.p_offset + 3 * 5 * 4}, gen, DType::kF32);
+      Tensor p = testing::random_tensor({g.p_offset + 3 * n * 4}, gen, DType::kF32);
       Tensor q = testing::random_tensor({g.q_offset + 3 * m * 4}, gen, DType::kF32);
 
       Tensor cpu_comp = Tensor::empty({numel}, DType::kF32), gpu_comp = Tensor::empty({numel}, DType::kF32, gpu);
