@@ -55,10 +55,12 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
 
 // Quads: each thread takes four columns of kExpandRows consecutive rows of one matrix, when m and
 // r are multiples of 4 and the rows start aligned in out, the residual, P and Q. Q's four rows of
-// r values are read in 16-byte words once per kExpandRows rows: with one row a block, every row
-// read all of Q (m r floats) from L2, 4x the bytes of the row itself at rank 4, and the pass ran at
-// 2.6 TB/s (1.18 ms for ViT-L's bucket, 6c01cfb). Each element sums over t in the same order as
-// the scalar path, so the result is the same bits.
+// r values are read in 16-byte words once per kExpandRows rows instead of once per row (every row
+// read all of Q, m r floats, from L2: 4x the bytes of the row itself at rank 4). Each element sums
+// over t in the same order as the scalar path, so the result is the same bits. Measured, it did not
+// pay: ViT-L's bucket takes 1.21 ms as it did with one row a block (1.18, 6c01cfb). ncu (73303c7):
+// 87 registers a thread hold the occupancy to 25% and DRAM to 2.1 TB/s (43%), where the
+// compensation pass, at 31 registers, streams 4.3 TB/s (docs/performance.md).
 constexpr int kExpandRows = 8;
 template <typename T>
 __global__ void expand_low_rank_quads_kernel(const float* p, const float* q, int64_t n, int64_t m, int64_t r,
