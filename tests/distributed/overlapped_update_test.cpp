@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/tiny_ddp.h"
 #include "distributed/overlapped_update.h"
@@ -24,6 +25,17 @@ struct DdpRun : testing::TinyDdpWithOptimizer {
   DdpRun(double share, const std::string& optimizer_name, size_t held = 0)
       : TinyDdpWithOptimizer(testing::small_bucket_options(share, false, held), optimizer_name) {}
 };
+
+// One backward: the buckets' collectives go out in `order`.
+void expect_collectives_in(DdpRun& s, const std::vector<size_t>& order) {
+  s.arena.zero_grad();
+  s.reducer->prepare_for_backward();
+  s.loss(2).backward();
+  s.reducer->finalize();
+  ASSERT_EQ(s.group.calls.size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    EXPECT_EQ(s.group.calls[i], s.reducer->buckets()[order[i]].numel) << "launch " << i;
+}
 
 TEST(LaunchOrder, BucketsPastTheShareGoLastFirst) {
   DdpRun s(0.3, "sgd");
@@ -43,13 +55,7 @@ TEST(LaunchOrder, BucketsPastTheShareGoLastFirst) {
   ASSERT_LT(k, n);
   for (size_t b = n; b-- > k;) expected.push_back(b);
   EXPECT_EQ(s.reducer->launch_order(), expected);
-  // And the collectives go out in that order during backward.
-  s.arena.zero_grad();
-  s.reducer->prepare_for_backward();
-  s.loss(2).backward();
-  s.reducer->finalize();
-  ASSERT_EQ(s.group.calls.size(), n);
-  for (size_t i = 0; i < n; ++i) EXPECT_EQ(s.group.calls[i], buckets[expected[i]].numel) << "launch " << i;
+  expect_collectives_in(s, expected);
 }
 
 // Held buckets: 0, then index order from H + 1 until the share, then the rest from the last
@@ -75,12 +81,7 @@ TEST(LaunchOrder, HeldBucketsGoAfterAllOthers) {
     for (size_t b = n; b-- > k;) expected.push_back(b);
     for (size_t b = held; b >= 1; --b) expected.push_back(b);
     EXPECT_EQ(s.reducer->launch_order(), expected);
-    s.arena.zero_grad();
-    s.reducer->prepare_for_backward();
-    s.loss(2).backward();
-    s.reducer->finalize();
-    ASSERT_EQ(s.group.calls.size(), n);
-    for (size_t i = 0; i < n; ++i) EXPECT_EQ(s.group.calls[i], buckets[expected[i]].numel) << "launch " << i;
+    expect_collectives_in(s, expected);
   }
   // More held than there are buckets: all but the first go after it, last first.
   DdpRun all(0.3, "sgd", 1000);
