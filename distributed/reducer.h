@@ -40,7 +40,8 @@ struct ReducerOptions {
   // Share of the gradient bytes whose buckets launch in index order; the rest launch in reverse
   // index order once backward has produced them all (Note [Launch order]). 1: all in index order.
   double ready_order_share = 1.0;
-  // With ready_order_share < 1: how many buckets after the first (the last layers' next ones) are
+  // With ready_order_share < 1 (the trainer's condition; the order is defined for any share): how
+  // many buckets after the first (the last layers' next ones) are
   // held back and launched last, so the link's last bytes of a step are layers the next forward
   // reaches last (Note [Launch order]). 0: none.
   size_t held_buckets = 0;
@@ -96,6 +97,9 @@ class Reducer {
   // How many of those launch in ready order (index order, the held buckets skipped); the rest go
   // after backward, last first, the held ones last.
   size_t ready_order_launches() const { return in_index_order_; }
+  // How many launch last of all: the held buckets (ReducerOptions::held_buckets, at most all but
+  // the first).
+  size_t held_launches() const { return held_launches_; }
 
   // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.
   void set_sync(bool sync) { sync_ = sync; }
@@ -156,6 +160,7 @@ class Reducer {
   std::vector<size_t> launch_order_;     // bucket indices, in launch order (Note [Launch order])
   size_t next_launch_ = 0;               // position in launch_order_ of the next launch
   size_t in_index_order_ = 0;            // the first launches, in index order
+  size_t held_launches_ = 0;             // the last launches: the held buckets
   bool sync_ = true;
   bool in_backward_ = false;
   BucketObserver* observer_ = nullptr;

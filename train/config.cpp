@@ -79,8 +79,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "
        "ready order, as PyTorch)"},
       {"held-buckets", &c.held_buckets,
-       "DDP with --update-in-forward: the N buckets made right after the first (the last layers') are sent after "
-       "all others, so the link's last bytes of a step are layers the next forward runs last and the link idles "
+       "DDP with --update-in-forward and --ready-order-share < 1: the N buckets made right after the first (the "
+       "last layers') are sent after all others, so the link's last bytes of a step are layers the next forward runs last and the link idles "
        "only through those (0: none)"},
       {"gemm-autotune", &c.gemm_autotune,
        "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
@@ -325,6 +325,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(held_buckets == 0 || update_in_forward, "--held-buckets ", held_buckets, " sends the last layers' "
                "gradients last for the next forward; without --update-in-forward that forward waits for all of them "
                "anyway");
+  VITDDP_CHECK(held_buckets == 0 || ready_order_share < 1, "--held-buckets ", held_buckets, " holds buckets out of "
+               "the part sent in ready order: it needs --ready-order-share below 1");
   VITDDP_CHECK(!update_in_forward || nonfinite == "stop", "--update-in-forward applies updates before the step's "
                "gradients have all been scanned; --nonfinite skip needs them all first");
   VITDDP_CHECK(!(update_in_backward && update_in_forward), "--update-in-backward and --update-in-forward place the "

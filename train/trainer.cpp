@@ -252,13 +252,14 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << (config.update_in_forward ? ", updates in the next forward" : "")
         << (config.update_in_backward ? ", updates in backward" : "")
         << (grad_allocator ? ", gradients registered with NCCL" : "");
-    if (ddp.reducer->ready_order_launches() < ddp.reducer->buckets().size())
-      out << ", " << ddp.reducer->ready_order_launches() << " buckets launched in ready order and the rest after "
-          << "backward, the first layers' first"
-          << (config.held_buckets > 0 ? " and the " + std::to_string(std::min<size_t>(config.held_buckets,
-                                                                                    ddp.reducer->buckets().size() - 1)) +
-                                            " held buckets last"
-                                      : std::string());
+    const size_t in_ready_order = ddp.reducer->ready_order_launches(), held = ddp.reducer->held_launches();
+    if (in_ready_order < ddp.reducer->buckets().size()) {
+      out << ", " << in_ready_order << " buckets launched in ready order";
+      if (in_ready_order + held < ddp.reducer->buckets().size())
+        out << " and the rest after backward, the first layers' first";
+      if (held > 0) out << (in_ready_order + held < ddp.reducer->buckets().size() ? ", then the " : ", the ") << held
+                        << " held buckets last";
+    }
     out << "\n";
   }
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device

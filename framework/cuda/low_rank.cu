@@ -29,10 +29,13 @@ __global__ void add_widened_quads_kernel(const T* g, const float* e, float* out,
   VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) out[i] = to_f(g[i]) + e[i];
 }
 
-// Scalar path (m or r not multiples of 4, or rows not 16-byte aligned): one block per matrix
-// row (k, i); P's row is read once per thread from L1, Q's rows stream past in j order, and the
-// row of out (and of the residual) is written by consecutive threads.
-template <typename T>
+// One block per matrix row (k, i): P's row is read once per thread from L1, Q's rows stream
+// past in j order, and the row of out (and of the residual) is written by consecutive threads.
+// Quads: each thread takes four columns, when m and r are multiples of 4 and the row starts
+// aligned in out, the residual and Q: Q's four rows of r values are read in 16-byte words
+// (scalar reads of them, 64 bytes apart across a warp, made the pass slower than one column
+// per thread: 2.6 against 1.5 ms for ViT-L's bucket).
+template <typename T, bool kQuads>
 __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n, int64_t m, int64_t r,
                                        int64_t stride, T* out, float* residual, unsigned long long* flag) {
   const int64_t row = blockIdx.x, k = row / n, i = row % n;
@@ -40,69 +43,43 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
   const float* qk = q + k * m * r;
   const int64_t base = k * stride + i * m;
   bool bad = false;
-  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
-    float approx = 0.0f;
-    for (int64_t t = 0; t < r; ++t) approx += pk[t] * qk[j * r + t];
-    out[base + j] = from_f<T>(approx);
-    if (residual) {
-      const float v = residual[base + j] - approx;
-      residual[base + j] = v;
-      bad |= !isfinite(v);
-    }
-  }
-  if (bad) *flag = 1;  // every writer writes the same value
-}
-
-// Quads: each thread takes four columns of kExpandRows consecutive rows of one matrix, when m and
-// r are multiples of 4 and the rows start aligned in out, the residual, P and Q. Q's four rows of
-// r values are read in 16-byte words once per kExpandRows rows instead of once per row (every row
-// read all of Q, m r floats, from L2: 4x the bytes of the row itself at rank 4). Each element sums
-// over t in the same order as the scalar path, so the result is the same bits. Measured, it did not
-// pay: ViT-L's bucket takes 1.21 ms as it did with one row a block (1.18, 6c01cfb). ncu (73303c7):
-// 87 registers a thread hold the occupancy to 25% and DRAM to 2.1 TB/s (43%), where the
-// compensation pass, at 31 registers, streams 4.3 TB/s (docs/performance.md).
-constexpr int kExpandRows = 8;
-template <typename T>
-__global__ void expand_low_rank_quads_kernel(const float* p, const float* q, int64_t n, int64_t m, int64_t r,
-                                             int64_t stride, T* out, float* residual, unsigned long long* flag) {
-  const int64_t row_groups = (n + kExpandRows - 1) / kExpandRows;
-  const int64_t k = blockIdx.x / row_groups, i0 = (blockIdx.x % row_groups) * kExpandRows;
-  const int rows = static_cast<int>(n - i0 < kExpandRows ? n - i0 : kExpandRows);
-  const float* pk = p + (k * n + i0) * r;
-  const float* qk = q + k * m * r;
-  const int64_t base = k * stride + i0 * m;
-  bool bad = false;
-  for (int64_t jq = threadIdx.x; jq < m / 4; jq += blockDim.x) {
-    float approx[kExpandRows][4] = {};
-    for (int64_t t = 0; t < r; t += 4) {
-      float qv[4][4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) load_pack<4>(qk + (jq * 4 + c) * r + t, 0, qv[c]);
-#pragma unroll
-      for (int row = 0; row < kExpandRows; ++row) {
-        if (row >= rows) break;  // the same for the whole block
+  if constexpr (kQuads) {
+    T* o = out + base;
+    float* res = residual ? residual + base : nullptr;
+    for (int64_t jq = threadIdx.x; jq < m / 4; jq += blockDim.x) {
+      float approx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t t = 0; t < r; t += 4) {
         float pt[4];
-        load_pack<4>(pk + row * r + t, 0, pt);
+        load_pack<4>(pk + t, 0, pt);
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
+        for (int c = 0; c < 4; ++c) {
+          float qv[4];
+          load_pack<4>(qk + (jq * 4 + c) * r + t, 0, qv);
 #pragma unroll
-          for (int u = 0; u < 4; ++u) approx[row][c] += pt[u] * qv[c][u];  // t ascending, as the scalar path
+          for (int u = 0; u < 4; ++u) approx[c] += pt[u] * qv[u];  // t ascending, as one column at a time
+        }
       }
-    }
-#pragma unroll
-    for (int row = 0; row < kExpandRows; ++row) {
-      if (row >= rows) break;
-      store_pack<4>(out + base + row * m, jq, approx[row]);
-      if (residual) {
-        float* res = residual + base + row * m;
+      store_pack<4>(o, jq, approx);
+      if (res) {
         float v[4];
         load_pack<4>(res, jq, v);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          v[c] -= approx[row][c];
+          v[c] -= approx[c];
           bad |= !isfinite(v[c]);
         }
         store_pack<4>(res, jq, v);
+      }
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+      float approx = 0.0f;
+      for (int64_t t = 0; t < r; ++t) approx += pk[t] * qk[j * r + t];
+      out[base + j] = from_f<T>(approx);
+      if (residual) {
+        const float v = residual[base + j] - approx;
+        residual[base + j] = v;
+        bad |= !isfinite(v);
       }
     }
   }
@@ -214,6 +191,7 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
   check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "expand_low_rank",
                "an i64 CUDA flag", flag);
   OpScope scope("powersgd expand");
+  const unsigned rows = static_cast<unsigned>(g.count * g.n);
   dispatch_floating(out.dtype(), "expand_low_rank", [&](auto zero) {
     using T = decltype(zero);
     T* o = static_cast<T*>(out.data_ptr()) + g.offset;
@@ -227,14 +205,12 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
     auto* bad = reinterpret_cast<unsigned long long*>(flag.data<int64_t>());
     const float* pp = p.data<float>() + g.p_offset;
     const float* qq = q.data<float>() + g.q_offset;
-    if (quads) {
-      const auto blocks = static_cast<unsigned>(g.count * ((g.n + kExpandRows - 1) / kExpandRows));
-      expand_low_rank_quads_kernel<T><<<blocks, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride,
-                                                                               o, res, bad);
-    } else {
-      expand_low_rank_kernel<T><<<static_cast<unsigned>(g.count * g.n), threads, 0, current_stream()>>>(
-          pp, qq, g.n, g.m, g.rank, g.stride, o, res, bad);
-    }
+    if (quads)
+      expand_low_rank_kernel<T, true><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride, o,
+                                                                             res, bad);
+    else
+      expand_low_rank_kernel<T, false><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride, o,
+                                                                              res, bad);
     CUDA_CHECK_LAUNCH();
   });
 }

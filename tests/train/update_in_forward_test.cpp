@@ -35,8 +35,29 @@ TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
 
 // A checkpoint holds the step's update though it was still pending when the step ended.
 TEST(UpdateInForward, CheckpointsResumeExactly) {
-  testing::expect_checkpoints_resume_exactly(
-      kTwoTinyGlooRanks + " --momentum 0.9 --update-in-forward --ready-order-share 0.3", "vitddp_uif_ckpt");
+  for (const std::string held : {"0", "2"}) {
+    SCOPED_TRACE("held " + held);
+    testing::expect_checkpoints_resume_exactly(
+        kTwoTinyGlooRanks + " --momentum 0.9 --update-in-forward --ready-order-share 0.3 --held-buckets " + held,
+        "vitddp_uif_ckpt");
+  }
+}
+
+// The start line says how the buckets go: in ready order, after backward, and the held ones last
+// (at most all but the first).
+TEST(UpdateInForward, TheStartLineNamesTheLaunchOrder) {
+  Outcome o = testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --update-in-forward --ready-order-share 0.3 "
+                                                         "--held-buckets 2");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find(" buckets launched in ready order and the rest after backward, the first layers' first, then "
+                       "the 2 held buckets last\n"),
+            std::string::npos)
+      << o.out;
+  o = testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --update-in-forward --ready-order-share 0.3 "
+                                                 "--held-buckets 1000");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find(", 1 buckets launched in ready order, the "), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("the first layers' first"), std::string::npos) << o.out;
 }
 
 TEST(UpdateInForward, ANanStillStopsTheRunAtItsStep) {
@@ -55,6 +76,7 @@ TEST(UpdateInForward, BadCombinationsAreOneLineAndExitTwo) {
         {"--procs 2 --ready-order-share 1.5", "--ready-order-share must be in (0, 1]"},
         {"--procs 2 --ready-order-share 0.5", "without --update-in-forward"},
         {"--procs 2 --held-buckets 1", "--held-buckets 1 sends the last layers' gradients last"},
+        {"--procs 2 --update-in-forward --held-buckets 1", "it needs --ready-order-share below 1"},
         {"--procs 2 --update-in-forward --held-buckets -1", "--held-buckets must be in [0, 100000]"},
         {"--procs 2 --update-in-forward --nonfinite skip", "--nonfinite skip needs them all first"},
         {"--update-in-forward", "--update-in-forward defers DDP's bucket updates: it needs data parallelism"}}) {
