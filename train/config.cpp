@@ -79,9 +79,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "
        "ready order, as PyTorch)"},
       {"held-buckets", &c.held_buckets,
-       "DDP with --update-in-forward and --ready-order-share < 1: the N buckets made right after the first (the "
-       "last layers') are sent after all others, so the link's last bytes of a step are layers the next forward runs last and the link idles "
-       "only through those (0: none)"},
+       "DDP with --update-in-forward and --ready-order-share < 1: buckets 1..N (the layers just before the "
+       "last, made right after bucket 0) are sent after all others, so the link's last bytes of a step are layers "
+       "the next forward runs last and the link idles only through those (0: none)"},
       {"gemm-autotune", &c.gemm_autotune,
        "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
        "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "

@@ -1,7 +1,6 @@
 // PowerSGD's fused bucket passes on the GPU against the CPU versions (framework/cpu/low_rank.h),
 // at ViT-L/32's largest group shape class (rows of 1024 and more than one block of threads) and
-// narrow ones, with row counts that fill the expansion's blocks of 8 rows and leave short ones, in
-// f32 and bf16 buckets, rank 4.
+// narrow ones, with 5 and 21 rows a matrix, in f32 and bf16 buckets, rank 4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +28,7 @@ TEST(LowRankGpu, FusedPassesMatchTheCpu) {
   const Device gpu = Device::cuda(0);
   Generator gen(3);
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    // 1024: quads (aligned rows), taken 8 rows a block: 5 rows (one short group), 21 (two whole, one short).
+    // 1024 and 12: quads (aligned rows); 5 and 21 rows a matrix.
     for (auto [m, n] : {std::pair<int64_t, int64_t>{1030, 5}, {7, 5}, {1024, 5}, {1024, 21}, {12, 21}}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " m=" + std::to_string(m) + " n=" + std::to_string(n));
       LowRankGroup g;
