@@ -122,8 +122,8 @@ void Reducer::plan_launch_order() {
   }
   in_index_order_ = launch_order_.size();
   for (size_t b = n; b-- > next;) launch_order_.push_back(b);
-  held_launches_ = 0;
-  for (size_t b = std::min(held, n - 1); b >= 1 && b < next; --b, ++held_launches_) launch_order_.push_back(b);
+  for (size_t b = held; b >= 1; --b) launch_order_.push_back(b);  // `next` is past them all
+  held_launches_ = held;
   for (Bucket& b : state_) b.view.is_last = false;
   state_[launch_order_.back()].view.is_last = true;  // hooks count steps by it
 }

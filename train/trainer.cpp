@@ -252,13 +252,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << (config.update_in_forward ? ", updates in the next forward" : "")
         << (config.update_in_backward ? ", updates in backward" : "")
         << (grad_allocator ? ", gradients registered with NCCL" : "");
-    const size_t in_ready_order = ddp.reducer->ready_order_launches(), held = ddp.reducer->held_launches();
-    if (in_ready_order < ddp.reducer->buckets().size()) {
+    const size_t buckets = ddp.reducer->buckets().size(), in_ready_order = ddp.reducer->ready_order_launches();
+    const size_t held = ddp.reducer->held_launches(), after_backward = buckets - in_ready_order - held;
+    if (in_ready_order < buckets) {
       out << ", " << in_ready_order << " buckets launched in ready order";
-      if (in_ready_order + held < ddp.reducer->buckets().size())
-        out << " and the rest after backward, the first layers' first";
-      if (held > 0) out << (in_ready_order + held < ddp.reducer->buckets().size() ? ", then the " : ", the ") << held
-                        << " held buckets last";
+      if (after_backward > 0) out << " and the rest after backward, the first layers' first";
+      if (held > 0) out << (after_backward > 0 ? ", then the " : ", the ") << held << " held buckets last";
     }
     out << "\n";
   }
