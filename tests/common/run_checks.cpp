@@ -57,6 +57,13 @@ TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::str
   return b;
 }
 
+void expect_refused_in_one_line(const std::string& args, const std::string& message) {
+  const TrainOutcome o = run_train("", args);
+  EXPECT_EQ(o.code, 2) << args << ": " << o.out;
+  EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
+  EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
+}
+
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus) {
   TempFolder dir(folder);
   const std::string straight = (dir / "straight.safetensors").string();

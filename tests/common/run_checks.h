@@ -23,6 +23,10 @@ double worst_weight_difference(const std::string& a_path, const std::string& b_p
 // N of the "updates in backward: N bucket update(s) issued beside backward" line, -1 without it.
 int updates_issued_beside_backward(const std::string& out);
 
+// Runs `train args` (CPU ranks): it must stop before training with exit 2 and one line of output
+// that contains `message`.
+void expect_refused_in_one_line(const std::string& args, const std::string& message);
+
 // Trains `args` plainly and with `flags` (CPU ranks; `args` must not set --save), in a temporary
 // folder named `folder`: both must finish, save the same weights byte for byte, and print the
 // same summary loss. Returns the run with `flags`.

@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "common/multiprocess.h"
+#include "common/run_checks.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
 #include "train/cpu_binding.h"
@@ -86,10 +87,7 @@ TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
                                {"--procs 2 --bind-cpus -1", "--bind-cpus must be in [0, 1024], got -1"},
                                {"--procs 2 --gpus 2", "--gpus and --procs exclude each other"},
                                {"--gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"}}) {
-    Outcome o = run("", args + " " + kTiny);
-    EXPECT_EQ(o.code, 2) << args << ": " << o.out;
-    EXPECT_NE(o.out.find(message), std::string::npos) << args << ": " << o.out;
-    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
+    testing::expect_refused_in_one_line(args + " " + kTiny, message);
   }
 }
 
