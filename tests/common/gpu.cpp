@@ -1,6 +1,31 @@
 #include "common/gpu.h"
 
+#include <exception>
+#include <thread>
+
+#if VITDDP_WITH_CUDA
+#include "framework/cuda/stream.h"
+#endif
+
 namespace vitddp::testing {
+
+std::vector<std::string> run_on_gpu_threads(int world, const std::function<void(int rank)>& body) {
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+#if VITDDP_WITH_CUDA
+        cuda::set_device(rank);
+#endif
+        body(rank);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
 
 ::testing::AssertionResult cuda_matches_cpu(const TensorFn& fn, const std::vector<Tensor>& cpu_inputs, double rtol,
                                             DType gpu_dtype) {

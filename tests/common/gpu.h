@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/test_utils.h"
@@ -25,6 +26,11 @@ inline bool gpu_available() {
   do {                                                                \
     if (!::vitddp::testing::gpu_available()) GTEST_SKIP() << "no GPU visible"; \
   } while (0)
+
+// Runs body(rank) on `world` threads, thread r with cuda:r current (collective tests run their
+// ranks as threads: CUDA does not survive a fork); returns each rank's error text, "" when its
+// body finished.
+std::vector<std::string> run_on_gpu_threads(int world, const std::function<void(int rank)>& body);
 
 // Runs `fn` forward and backward (with a random output weighting) on CPU f32 inputs and on
 // copies of them on cuda:0 converted to `gpu_dtype`, and checks outputs and every input

@@ -28,27 +28,17 @@ using namespace std::chrono_literals;
 std::vector<std::string> run_pair(std::chrono::milliseconds timeout,
                                   const std::function<void(int, ProcessGroupNccl&, ProcessGroupNccl&)>& body) {
   testing::TempFolder folder("vitddp_host_copy");
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        cuda::set_device(rank);
-        ProcessGroupOptions o;
-        o.rank = rank;
-        o.world_size = 2;
-        o.rendezvous = folder.path();
-        o.timeout = timeout;
-        ProcessGroupNccl plain(o);
-        o.host_copy_allreduce = true;
-        ProcessGroupNccl host_copy(o);
-        body(rank, host_copy, plain);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_on_gpu_threads(2, [&](int rank) {
+    ProcessGroupOptions o;
+    o.rank = rank;
+    o.world_size = 2;
+    o.rendezvous = folder.path();
+    o.timeout = timeout;
+    ProcessGroupNccl plain(o);
+    o.host_copy_allreduce = true;
+    ProcessGroupNccl host_copy(o);
+    body(rank, host_copy, plain);
+  });
 }
 
 // Rank r's element i: (r + 1) + (i mod 13), integers that every dtype here holds exactly, as

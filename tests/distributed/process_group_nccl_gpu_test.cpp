@@ -52,21 +52,10 @@ double worst_relative(const Tensor& t, double scale) {
 std::vector<std::string> run_threads(int world, std::chrono::milliseconds timeout,
                                      const std::function<void(int, ProcessGroupNccl&)>& body) {
   testing::TempFolder folder("vitddp_nccl");
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        cuda::set_device(rank);
-        ProcessGroupNccl group(options_for(rank, world, folder.path(), timeout));
-        body(rank, group);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_on_gpu_threads(world, [&](int rank) {
+    ProcessGroupNccl group(options_for(rank, world, folder.path(), timeout));
+    body(rank, group);
+  });
 }
 
 void check_collectives(int rank, ProcessGroupNccl& pg) {
