@@ -528,6 +528,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
     host_copy.rendezvous = options.rendezvous;
     host_copy.key_prefix = "nccl" + std::to_string(instance) + "/";
     host_copy.timeout = options.timeout;
+    host_copy.peer_rings = options.host_copy_peer_rings;
     shared_->host_copy = std::make_unique<HostCopyTransport>(host_copy);
   }
 
@@ -619,7 +620,10 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   shared_->host_copy.reset();
 }
 
-std::string ProcessGroupNccl::backend() const { return shared_->host_copy ? "nccl+host-copy" : "nccl"; }
+std::string ProcessGroupNccl::backend() const {
+  if (!shared_->host_copy) return "nccl";
+  return shared_->host_copy->peer_rings() ? "nccl+peer-copy" : "nccl+host-copy";
+}
 
 // ---- the watchdog ----
 
