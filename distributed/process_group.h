@@ -52,6 +52,7 @@ struct ProcessGroupOptions {
   // With host_copy_allreduce: the rings' data in the receiving GPU's memory, reached over NVLink
   // or PCIe peer access (--copy-rings peer; Note [Rings in peer memory]), not in host memory.
   bool host_copy_peer_rings = false;
+  int64_t host_copy_chunk_bytes = 4 << 20;  // one ring slot (--copy-chunk-mb)
 };
 
 class ProcessGroup {

@@ -529,6 +529,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
     host_copy.key_prefix = "nccl" + std::to_string(instance) + "/";
     host_copy.timeout = options.timeout;
     host_copy.peer_rings = options.host_copy_peer_rings;
+    host_copy.chunk_bytes = options.host_copy_chunk_bytes;
     shared_->host_copy = std::make_unique<HostCopyTransport>(host_copy);
   }
 

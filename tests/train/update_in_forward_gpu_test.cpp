@@ -36,7 +36,9 @@ TEST(UpdateInForwardGpu, GivesTheWeightsOfThePlainUpdate) {
         true, 300);
     ASSERT_EQ(b.code, 0) << b.out;
     EXPECT_NE(b.out.find("updates in the next forward, "), std::string::npos) << b.out;
-    if (held > 0) EXPECT_NE(b.out.find(", then the 2 held buckets last"), std::string::npos) << b.out;
+    // vit_tiny at 0.05 MB makes 4 buckets: 2 in ready order, none between, the 2 held last.
+    if (held > 0)
+      EXPECT_NE(b.out.find(", 2 buckets launched in ready order, the 2 held buckets last"), std::string::npos) << b.out;
     const SafetensorsFile x = read_safetensors(plain), y = read_safetensors(deferred);
     ASSERT_EQ(x.tensors.size(), y.tensors.size());
     for (size_t i = 0; i < x.tensors.size(); ++i) {
