@@ -14,14 +14,22 @@ struct BucketAssignment {
   std::vector<std::vector<size_t>> buckets;  // parameter indices per bucket, in bucket order
 };
 
+struct BucketCaps {
+  size_t bytes = 25u << 20;       // every bucket's cap but the ones below (--bucket-mb)
+  size_t first_bytes = 1u << 20;  // the first bucket's: communication starts early (--first-bucket-mb)
+  // 0: none. Else the cap of the buckets that hold the last `bytes` of gradients in the order
+  // (the first layers', ready when backward ends), which start a bucket of their own: less
+  // communication is left to run after backward (Note [The tail buckets]; --tail-bucket-mb).
+  size_t tail_bytes = 0;
+};
+
 // Assigns parameters (given by their byte sizes and dtypes, in registration order) to buckets
 // in `order` (default: reverse registration order, i.e. the order gradients become ready).
-// A bucket closes when it would exceed its cap; the first bucket's cap is `first_cap_bytes`
-// (PyTorch uses a small first bucket so communication starts early), the rest `cap_bytes`.
+// A bucket closes when it would exceed its cap (`caps`); the first bucket's cap is
+// caps.first_bytes (PyTorch uses a small first bucket so communication starts early).
 // Parameters of different dtypes never share a bucket. A parameter larger than a cap gets a
 // bucket of its own.
 BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, const std::vector<DType>& dtypes,
-                                           size_t cap_bytes, size_t first_cap_bytes,
-                                           const std::vector<size_t>& order = {});
+                                           const BucketCaps& caps, const std::vector<size_t>& order = {});
 
 }  // namespace vitddp

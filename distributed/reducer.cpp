@@ -32,8 +32,16 @@ Reducer::Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGro
     bytes_.push_back(p.tensor.nbytes());
     dtypes_.push_back(p.tensor.grad().dtype());
   }
-  build_buckets(compute_bucket_assignment(bytes_, dtypes_, options.bucket_cap_bytes, options.first_bucket_cap_bytes));
+  build_buckets(compute_bucket_assignment(bytes_, dtypes_, caps()));
   ready_.assign(params_.size(), false);
+}
+
+BucketCaps Reducer::caps() const {
+  BucketCaps caps;
+  caps.bytes = options_.bucket_cap_bytes;
+  caps.first_bytes = options_.first_bucket_cap_bytes;
+  caps.tail_bytes = options_.tail_bucket_cap_bytes;
+  return caps;
 }
 
 // A bucket can be a view when its gradients are back to back in the flat buffer, in bucket order
@@ -343,8 +351,7 @@ void Reducer::rebuild_from_ready_order() {
   for (size_t i = params_.size(); i-- > 0;)
     if (!listed[i]) order.push_back(i);
   auto assign = [&](const std::vector<size_t>& sequence) {
-    BucketAssignment a = compute_bucket_assignment(bytes_, dtypes_, options_.bucket_cap_bytes,
-                                                   options_.first_bucket_cap_bytes, sequence);
+    BucketAssignment a = compute_bucket_assignment(bytes_, dtypes_, caps(), sequence);
     for (std::vector<size_t>& bucket : a.buckets)
       std::sort(bucket.begin(), bucket.end(), [&](size_t x, size_t y) { return params_[x].offset < params_[y].offset; });
     return a;

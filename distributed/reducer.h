@@ -34,6 +34,7 @@ struct ReducerParam {
 struct ReducerOptions {
   size_t bucket_cap_bytes = 25u << 20;       // --bucket-mb (PyTorch's default 25 MB)
   size_t first_bucket_cap_bytes = 1u << 20;  // a small first bucket starts communication early
+  size_t tail_bucket_cap_bytes = 0;          // the last bucket_cap_bytes of gradients in buckets this small (Note [The tail buckets]); 0: off
   bool find_unused_parameters = false;
   bool grad_as_bucket_view = true;  // buckets are slices of the gradient buffer: no copies
   bool rebuild_buckets = true;      // once, from the order gradients arrived in (Note [Bucket rebuild])
@@ -134,6 +135,7 @@ class Reducer {
     bool finish_told = false;  // the observer heard bucket_finished for its last launch
   };
   void build_buckets(const BucketAssignment& assignment);
+  BucketCaps caps() const;  // options_ as the bucketing function takes them
   void rebuild_from_ready_order();
   double stall_fraction() const;
   bool contiguous_in_arena(const std::vector<size_t>& bucket) const;

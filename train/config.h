@@ -66,6 +66,7 @@ struct TrainConfig {
   bool nccl_register = false;      // GPU DDP: gradients in memory NCCL registers (zero-copy collectives)
   bool cuda_graph = false;         // GPU: forward, backward and DDP's collectives replayed as one CUDA graph
   double ready_order_share = 1.0;  // DDP: bytes launched in ready order; the rest first-layers first
+  double tail_bucket_mb = 0;        // DDP: the last --bucket-mb of gradients in buckets this small (0: off)
   int64_t held_buckets = 0;        // DDP: buckets after the first sent after all others (Note [Launch order])
   bool gemm_autotune = true;       // GPU: time cuBLASLt's candidate algorithms per product shape, keep the fastest
   int64_t gemm_candidates = 8;    // GPU: cuBLASLt heuristic candidates --gemm-autotune times per shape

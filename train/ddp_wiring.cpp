@@ -100,6 +100,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   ReducerOptions options_r;
   options_r.bucket_cap_bytes = static_cast<size_t>(config.bucket_mb * (1 << 20));
   options_r.first_bucket_cap_bytes = static_cast<size_t>(std::min(config.first_bucket_mb, config.bucket_mb) * (1 << 20));
+  options_r.tail_bucket_cap_bytes = static_cast<size_t>(config.tail_bucket_mb * (1 << 20));
   options_r.find_unused_parameters = config.find_unused_parameters;
   options_r.grad_as_bucket_view = config.grad_as_bucket_view;
   options_r.ready_order_share = config.ready_order_share;

@@ -247,7 +247,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   result.world_size = world;
   if (ddp.reducer) {
     out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), "
-        << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB, hook "
+        << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB"
+        << (config.tail_bucket_mb > 0 ? detail::concat(" (the last ", config.bucket_mb, " MB in buckets of <= ",
+                                                       config.tail_bucket_mb, " MB)")
+                                      : std::string())
+        << ", hook "
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
         << (config.update_in_forward ? ", updates in the next forward" : "")
         << (config.update_in_backward ? ", updates in backward" : "")

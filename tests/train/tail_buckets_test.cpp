@@ -1,0 +1,54 @@
+// `train --tail-bucket-mb` (Note [The tail buckets]) over 2 Gloo ranks: cutting the last bucket's
+// worth of gradients into small buckets changes which bytes travel together, not the sums, so
+// the weights are the plain run's bit for bit, also with updates in the next forward; the start
+// line says so; bad values are refused.
+#include <gtest/gtest.h>
+
+#include "common/multiprocess.h"
+#include "common/run_checks.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+using testing::kTwoTinyGlooRanks;
+
+TEST(TailBuckets, KeepTheWeights) {
+  for (const std::string& mode : {std::string("--tail-bucket-mb 0.01"),
+                                  std::string("--tail-bucket-mb 0.01 --update-in-forward --ready-order-share 0.5")}) {
+    SCOPED_TRACE(mode);
+    testing::expect_flags_keep_the_bytes(kTwoTinyGlooRanks + " --steps 4 --momentum 0.9", mode,
+                                         "vitddp_tail");
+  }
+}
+
+TEST(TailBuckets, TheStartLineCountsThem) {
+  const testing::TrainOutcome plain = testing::run_train("", kTwoTinyGlooRanks + " --steps 1");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const testing::TrainOutcome tail =
+      testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --tail-bucket-mb 0.01");
+  ASSERT_EQ(tail.code, 0) << tail.out;
+  auto buckets = [](const std::string& out) {
+    const size_t at = out.find(" buckets of <= 0.05 MB");
+    if (at == std::string::npos) return -1;
+    const size_t begin = out.rfind(", ", at) + 2;
+    return std::stoi(out.substr(begin, at - begin));
+  };
+  EXPECT_GT(buckets(plain.out), 0) << plain.out;
+  // The last 0.05 MB (a bucket's worth) in 0.01 MB buckets: more of them.
+  EXPECT_GT(buckets(tail.out), buckets(plain.out)) << tail.out;
+  EXPECT_NE(tail.out.find(" buckets of <= 0.05 MB (the last 0.05 MB in buckets of <= 0.01 MB), hook "),
+            std::string::npos)
+      << tail.out;
+}
+
+TEST(TailBuckets, BadValuesAreRefused) {
+  for (const std::string& value : {std::string("-1"), std::string("0.05"), std::string("1")}) {
+    SCOPED_TRACE(value);
+    testing::expect_refused_in_one_line(kTwoTinyGlooRanks + " --steps 1 --tail-bucket-mb " + value,
+                                        "--tail-bucket-mb must be 0 (off) or in (0, --bucket-mb 0.05), got " + value);
+  }
+}
+
+}  // namespace
+}  // namespace vitddp
