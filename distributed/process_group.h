@@ -49,10 +49,6 @@ struct ProcessGroupOptions {
   // --host-copy-allreduce). Other collectives stay NCCL's. Capturable in a CUDA graph
   // (ProcessGroupNccl::align_host_copy_rings, Note [Replaying host copies]).
   bool host_copy_allreduce = false;
-  // With host_copy_allreduce: the rings' data in the receiving GPU's memory, reached over NVLink
-  // or PCIe peer access (--copy-rings peer; Note [Rings in peer memory]), not in host memory.
-  bool host_copy_peer_rings = false;
-  int64_t host_copy_chunk_bytes = 4 << 20;  // one ring slot (--copy-chunk-mb)
 };
 
 class ProcessGroup {

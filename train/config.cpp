@@ -73,12 +73,6 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "GPU DDP on one host: all-reduces go through pinned shared host memory, moved by the copy engines and paced "
        "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
        "peer access: NCCL_P2P_DISABLE=1, PCIe servers); works under --cuda-graph"},
-      {"copy-rings", &c.copy_rings,
-       "with --host-copy-allreduce: where the rings' chunks wait, host (pinned shared memory, for GPUs without "
-       "peer access) or peer (the receiving GPU's memory, written over NVLink by the sender's copy engine)"},
-      {"copy-chunk-mb", &c.copy_chunk_mb,
-       "with --host-copy-allreduce: MB one ring slot holds, the unit of every copy and addition (each ring has 4 "
-       "slots; larger: fewer flag hand-offs and kernels, longer before the first chunk is in)"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
        "captured from that step (the optimizer runs after it, or inside it with --update-in-backward), so the host issues a step in a few launches; a "
@@ -290,14 +284,6 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(!host_copy_allreduce || (procs == 0 && device != "cpu"),
                "--host-copy-allreduce moves GPU buffers with the copy engines: it needs a GPU, not --procs or --device "
                "cpu");
-  VITDDP_CHECK(copy_rings == "host" || copy_rings == "peer", "unknown --copy-rings '", copy_rings,
-               "' (host, peer)");
-  VITDDP_CHECK(copy_rings == "host" || host_copy_allreduce,
-               "--copy-rings peer places --host-copy-allreduce's rings: it needs --host-copy-allreduce");
-  VITDDP_CHECK(copy_chunk_mb >= 0.0625 && copy_chunk_mb <= 1024, "--copy-chunk-mb must be in [0.0625, 1024], got ",
-               copy_chunk_mb);
-  VITDDP_CHECK(copy_chunk_mb == 4.0 || host_copy_allreduce,
-               "--copy-chunk-mb sizes --host-copy-allreduce's ring slots: it needs --host-copy-allreduce");
   VITDDP_CHECK(!cuda_graph || (procs == 0 && device != "cpu"),
                "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);

@@ -61,8 +61,6 @@ struct TrainConfig {
   bool update_in_forward = false;  // DDP: a bucket's update at the next forward's first use of its parameters
   bool update_in_backward = false; // DDP: a bucket's update right after its communication, beside backward
   bool host_copy_allreduce = false;  // GPU DDP: all-reduces through shared host memory and the copy engines
-  std::string copy_rings = "host";   // --host-copy-allreduce's rings: pinned host memory or the peer GPU's
-  double copy_chunk_mb = 4.0;        // --host-copy-allreduce: one ring slot (the unit of each copy)
   bool nccl_register = false;      // GPU DDP: gradients in memory NCCL registers (zero-copy collectives)
   bool cuda_graph = false;         // GPU: forward, backward and DDP's collectives replayed as one CUDA graph
   double ready_order_share = 1.0;  // DDP: bytes launched in ready order; the rest first-layers first

@@ -1,6 +1,5 @@
 #include "train/ddp_wiring.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "distributed/comm_hook.h"
@@ -75,9 +74,6 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout * 1000));
   options.max_ctas = static_cast<int>(config.sm_carveout);
   options.host_copy_allreduce = config.host_copy_allreduce;  // Note [Host-copy all-reduce]
-  options.host_copy_peer_rings = config.copy_rings == "peer";  // Note [Rings in peer memory]
-  // Whole 4 KiB pages: the transport's slots stay aligned for the copies and the additions.
-  options.host_copy_chunk_bytes = std::max<int64_t>(4096, static_cast<int64_t>(config.copy_chunk_mb * (1 << 20)) / 4096 * 4096);
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
   if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp

@@ -107,7 +107,6 @@ bool HostCopyTransport::supports(DType dtype) {
 
 size_t HostCopyTransport::segment_bytes() const {
   const size_t header = header_bytes(options_.world_size, options_.slots);
-  if (options_.peer_rings) return header;  // the data lives in the GPUs (Note [Rings in peer memory])
   return header + static_cast<size_t>(options_.world_size - 1) * options_.slots * options_.chunk_bytes;
 }
 
@@ -115,12 +114,6 @@ size_t HostCopyTransport::ring_offset(int from, int to) const {
   const size_t header = header_bytes(options_.world_size, options_.slots);
   const int ring = to < from ? to : to - 1;  // rings to every other rank, in rank order
   return header + static_cast<size_t>(ring) * options_.slots * options_.chunk_bytes;
-}
-
-char* HostCopyTransport::slot_data(int from, int to, int slot) const {
-  const size_t at = static_cast<size_t>(slot) * options_.chunk_bytes;
-  if (peer_rings_) return peer_rings_->ring(from, to) + at;
-  return static_cast<char*>(segments_[from].segment.data()) + ring_offset(from, to) + at;
 }
 
 uint32_t* HostCopyTransport::flag(int owner, size_t index) const {
@@ -185,10 +178,6 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
   store.set(prefix + "opened/" + std::to_string(rank), "1");
   for (int q = 0; q < world; ++q) store.get(prefix + "opened/" + std::to_string(q), options.timeout);
   segments_[rank].segment.unlink();
-  if (options.peer_rings)
-    peer_rings_ = std::make_unique<PeerRings>(rank, world, options.device,
-                                              static_cast<size_t>(options.slots) * options.chunk_bytes, store, prefix,
-                                              options.timeout);
 
   int least = 0, greatest = 0;
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -257,20 +246,21 @@ void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_
     cu_check(driver_mem_ops().write_value32(stream, device_address(me, flag), step.value, CU_STREAM_WRITE_VALUE_DEFAULT),
              "cuStreamWriteValue32");
   };
-  // Host rings: device <-> pinned host; peer rings: device <-> a GPU's memory (UVA addresses).
-  const cudaMemcpyKind to_ring = peer_rings_ ? cudaMemcpyDefault : cudaMemcpyDeviceToHost;
-  const cudaMemcpyKind from_ring = peer_rings_ ? cudaMemcpyDefault : cudaMemcpyHostToDevice;
+  auto slot = [&](int from, int to) {
+    return static_cast<char*>(segments_[from].segment.data()) + ring_offset(from, to) +
+           static_cast<size_t>(step.slot) * options_.chunk_bytes;
+  };
   const size_t bytes = static_cast<size_t>(step.count) * element_bytes;
   char* at = buffer + static_cast<size_t>(step.offset) * element_bytes;
   switch (step.kind) {
     case Kind::kWaitFree: return wait(step.peer, free_flag(step.peer, me, step.slot));
     case Kind::kCopyToRing:
-      CUDA_CHECK(cudaMemcpyAsync(slot_data(me, step.peer, step.slot), at, bytes, to_ring, stream));
+      CUDA_CHECK(cudaMemcpyAsync(slot(me, step.peer), at, bytes, cudaMemcpyDeviceToHost, stream));
       return;
     case Kind::kSignalFull: return write(full_flag(me, step.peer, step.slot));
     case Kind::kWaitFull: return wait(step.peer, full_flag(step.peer, me, step.slot));
     case Kind::kCopyFromRing:
-      CUDA_CHECK(cudaMemcpyAsync(step.to_staging ? staging_ : at, slot_data(step.peer, me, step.slot), bytes, from_ring,
+      CUDA_CHECK(cudaMemcpyAsync(step.to_staging ? staging_ : at, slot(step.peer, me), bytes, cudaMemcpyHostToDevice,
                                  stream));
       return;
     case Kind::kSignalFree: return write(free_flag(me, step.peer, step.slot));

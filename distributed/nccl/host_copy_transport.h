@@ -4,8 +4,6 @@
 // what ProcessGroupNccl's all-reduces use under --host-copy-allreduce, for GPUs without peer
 // access (NCCL_P2P_DISABLE=1, PCIe servers whose GPUs cannot reach each other), where NCCL's
 // shared-memory transport keeps kernels spinning on SMs beside backward for the whole copy.
-// With peer_rings (--copy-rings peer) the rings' data lives in the GPUs instead and the chunks go
-// over NVLink, GPU to GPU, the same plan and flags (Note [Rings in peer memory] in peer_rings.cpp).
 //
 // Every rank of the group must live on this host (checked at construction) and issue the same
 // all-reduces in the same order, as with NCCL. A CUDA graph may capture its all-reduces if the
@@ -23,7 +21,6 @@
 
 #include "distributed/host_copy/copy_plan.h"
 #include "distributed/host_copy/shm_segment.h"
-#include "distributed/nccl/peer_rings.h"
 #include "distributed/process_group.h"
 #include "framework/cuda/stream.h"
 
@@ -38,9 +35,6 @@ struct HostCopyOptions {
   std::chrono::milliseconds timeout{300000};
   int64_t chunk_bytes = 4 << 20;  // one ring slot
   int slots = 4;                  // slots per ring (each ordered pair of ranks has one ring)
-  // The rings' data in the receiving GPU's memory, written over NVLink by the sender's copy
-  // engine (--copy-rings peer, Note [Rings in peer memory]); false: in the pinned host segments.
-  bool peer_rings = false;
 };
 
 class HostCopyTransport {
@@ -70,8 +64,6 @@ class HostCopyTransport {
   // A peer that released its waits after a failure (its last all-reduces carried garbage): the
   // rank it names, or -1. Read from host memory; the group's checks call it.
   int peer_failed() const noexcept;
-  // Whether the rings' data lives in the GPUs (HostCopyOptions::peer_rings).
-  bool peer_rings() const { return peer_rings_ != nullptr; }
   // Whether the copy streams are idle (cudaStreamQuery on both).
   bool idle() const;
 
@@ -82,8 +74,7 @@ class HostCopyTransport {
     bool registered = false;
   };
   size_t segment_bytes() const;
-  size_t ring_offset(int from, int to) const;  // in `from`'s segment (host rings)
-  char* slot_data(int from, int to, int slot) const;  // slot `slot` of ring from -> to, host or peer
+  size_t ring_offset(int from, int to) const;  // in `from`'s segment
   uint32_t* flag(int owner, size_t index) const;             // the index-th flag of owner's header
   uint32_t* full_flag(int owner, int peer, int slot) const;  // ring owner -> peer, in owner's segment
   uint32_t* free_flag(int owner, int peer, int slot) const;  // ring peer -> owner, in owner's segment
@@ -94,7 +85,6 @@ class HostCopyTransport {
 
   HostCopyOptions options_;
   std::vector<Mapped> segments_;  // by rank; segments_[rank] is this rank's
-  std::unique_ptr<PeerRings> peer_rings_;  // --copy-rings peer: the rings' data; the flags stay in segments_
   host_copy::RingCounters counters_;
   cuda::Stream send_stream_;
   cuda::Stream recv_stream_;

@@ -528,8 +528,6 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
     host_copy.rendezvous = options.rendezvous;
     host_copy.key_prefix = "nccl" + std::to_string(instance) + "/";
     host_copy.timeout = options.timeout;
-    host_copy.peer_rings = options.host_copy_peer_rings;
-    host_copy.chunk_bytes = options.host_copy_chunk_bytes;
     shared_->host_copy = std::make_unique<HostCopyTransport>(host_copy);
   }
 
@@ -621,10 +619,7 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   shared_->host_copy.reset();
 }
 
-std::string ProcessGroupNccl::backend() const {
-  if (!shared_->host_copy) return "nccl";
-  return shared_->host_copy->peer_rings() ? "nccl+peer-copy" : "nccl+host-copy";
-}
+std::string ProcessGroupNccl::backend() const { return shared_->host_copy ? "nccl+host-copy" : "nccl"; }
 
 // ---- the watchdog ----
 

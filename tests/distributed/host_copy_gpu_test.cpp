@@ -2,9 +2,7 @@
 // rank per thread: exact sums and averages in f32, bf16 and f16 over sizes from one element to
 // many chunks per ring (slots reused), several collectives queued before any wait and mixed
 // with NCCL's; sums bit-identical to NCCL's; a missing peer times out instead of hanging, the
-// group's teardown included; and a failed peer fails the live rank too. Each with the rings in
-// pinned host memory and in the peer GPU's (--copy-rings peer, Note [Rings in peer memory]).
-// Skipped without two GPUs.
+// group's teardown included; and a failed peer fails the live rank too. Skipped without two GPUs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -26,18 +24,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The rings' place: pinned host memory (false) or the receiving GPU (true).
-class HostCopyGpu : public ::testing::TestWithParam<bool> {
- protected:
-  bool peer_rings() const { return GetParam(); }
-  std::string backend() const { return peer_rings() ? "nccl+peer-copy" : "nccl+host-copy"; }
-};
-
-INSTANTIATE_TEST_SUITE_P(Rings, HostCopyGpu, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "peer" : "host"; });
-
 // Runs body(rank, host_copy_group, nccl_group) on two threads, thread r on cuda:r.
-std::vector<std::string> run_pair(std::chrono::milliseconds timeout, bool peer_rings,
+std::vector<std::string> run_pair(std::chrono::milliseconds timeout,
                                   const std::function<void(int, ProcessGroupNccl&, ProcessGroupNccl&)>& body) {
   testing::TempFolder folder("vitddp_host_copy");
   return testing::run_on_gpu_threads(2, [&](int rank) {
@@ -48,7 +36,6 @@ std::vector<std::string> run_pair(std::chrono::milliseconds timeout, bool peer_r
     o.timeout = timeout;
     ProcessGroupNccl plain(o);
     o.host_copy_allreduce = true;
-    o.host_copy_peer_rings = peer_rings;
     ProcessGroupNccl host_copy(o);
     body(rank, host_copy, plain);
   });
@@ -70,11 +57,11 @@ int64_t first_wrong(const Tensor& t, double scale) {
   return -1;
 }
 
-TEST_P(HostCopyGpu, SumsAndAveragesAreExactAcrossChunksAndRings) {
+TEST(HostCopyGpu, SumsAndAveragesAreExactAcrossChunksAndRings) {
   VITDDP_REQUIRE_GPU();
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
-  auto errors = run_pair(60000ms, peer_rings(), [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
-    EXPECT_EQ(pg.backend(), backend());
+  auto errors = run_pair(60000ms, [](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
+    EXPECT_EQ(pg.backend(), "nccl+host-copy");
     // 1 element; a part shorter than a chunk; odd sizes; 80 MB of f32 (10 chunks of 4 MiB per
     // part, through a ring of 4 slots: each slot reused).
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16})
@@ -106,10 +93,10 @@ TEST_P(HostCopyGpu, SumsAndAveragesAreExactAcrossChunksAndRings) {
   EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
 }
 
-TEST_P(HostCopyGpu, SumsEqualNcclsBitForBit) {
+TEST(HostCopyGpu, SumsEqualNcclsBitForBit) {
   VITDDP_REQUIRE_GPU();
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
-  auto errors = run_pair(60000ms, peer_rings(), [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
+  auto errors = run_pair(60000ms, [](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
     std::mt19937 random(1234 + rank);
     std::uniform_real_distribution<double> uniform(-1.0, 1.0);
     std::vector<double> values(5 * 1024 * 1024 + 17);
@@ -133,13 +120,13 @@ TEST_P(HostCopyGpu, SumsEqualNcclsBitForBit) {
 // Rank 1 never joins: rank 0's copies wait on counters rank 1 never writes. The watchdog must
 // time the collective out after 2 s, name it, and release the waits so that the group's
 // teardown finishes.
-TEST_P(HostCopyGpu, MissingPeerTimesOutAndTheTeardownFinishes) {
+TEST(HostCopyGpu, MissingPeerTimesOutAndTheTeardownFinishes) {
   VITDDP_REQUIRE_GPU();
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
   ErrorKind kind = ErrorKind::kUser;
   std::string what;
   const auto start = std::chrono::steady_clock::now();
-  auto errors = run_pair(2000ms, peer_rings(), [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl&) {
+  auto errors = run_pair(2000ms, [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl&) {
     pg.barrier();  // both transports are connected
     if (rank == 1) return;
     Tensor t = pattern(rank, 4 * 1024 * 1024, DType::kF32, pg.device());
@@ -160,12 +147,12 @@ TEST_P(HostCopyGpu, MissingPeerTimesOutAndTheTeardownFinishes) {
 // Rank 0 fails (its collective times out while rank 1 stays away); rank 1, alive, must then fail
 // too at its next check, naming rank 0's transport, rather than take what rank 0's released
 // streams send for a result.
-TEST_P(HostCopyGpu, APeersFailureFailsTheLiveRankToo) {
+TEST(HostCopyGpu, APeersFailureFailsTheLiveRankToo) {
   VITDDP_REQUIRE_GPU();
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
   ErrorKind kind = ErrorKind::kUser;
   std::string what;
-  auto errors = run_pair(2000ms, peer_rings(), [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl&) {
+  auto errors = run_pair(2000ms, [&](int rank, ProcessGroupNccl& pg, ProcessGroupNccl&) {
     pg.barrier();
     if (rank == 0) {
       Tensor t = pattern(rank, 1024 * 1024, DType::kF32, pg.device());

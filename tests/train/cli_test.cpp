@@ -127,12 +127,6 @@ TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
   EXPECT_TRUE(bad_input(tiny + " --device cpu --host-copy-allreduce", "--host-copy-allreduce moves GPU buffers with "
                                                                       "the copy engines: it needs a GPU, not --procs"));
   EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-allreduce", "it needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --copy-chunk-mb 0", "--copy-chunk-mb must be in [0.0625, 1024], got 0"));
-  EXPECT_TRUE(bad_input(tiny + " --copy-chunk-mb 16", "--copy-chunk-mb sizes --host-copy-allreduce's ring slots: it "
-                                                      "needs --host-copy-allreduce"));
-  EXPECT_TRUE(bad_input(tiny + " --copy-rings nvlink", "unknown --copy-rings 'nvlink' (host, peer)"));
-  EXPECT_TRUE(bad_input(tiny + " --copy-rings peer", "--copy-rings peer places --host-copy-allreduce's rings: it "
-                                                     "needs --host-copy-allreduce"));
   EXPECT_TRUE(bad_input(tiny + " --timeout 0.00001", "--timeout must be in [0.001, 1e7] seconds"));
   EXPECT_TRUE(bad_input(tiny + " --checkpoint-keep 4294967296", "--checkpoint-keep must be in [1, 1000000]"));
 }
