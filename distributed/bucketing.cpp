@@ -1,5 +1,6 @@
 #include "distributed/bucketing.h"
 
+#include <algorithm>
 #include <map>
 
 #include "framework/core/error.h"
@@ -17,9 +18,11 @@ namespace vitddp {
 // layers close, and the one before it if it has not finished. With large buckets that is up
 // to a whole bucket's all-reduce (100 MB over NVLink: about 0.3 ms). Small buckets everywhere
 // shorten it but pay a collective's fixed costs many more times. Tail buckets are small only
-// where it matters: the last caps.bytes of gradients in ready order (about one regular bucket)
-// go in buckets of caps.tail_bytes, so the link stays busy right up to the end of backward and
-// what is left after it is one small bucket.
+// where it matters: the last caps.bytes of gradients in ready order (at most one regular
+// bucket's worth) go in buckets of caps.tail_bytes, so the link stays busy right up to the end
+// of backward and what is left after it is one small bucket. That holds for buckets launched in
+// ready order; with --ready-order-share < 1 the tail falls in the part launched after backward,
+// where small buckets only add collectives.
 BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, const std::vector<DType>& dtypes,
                                            const BucketCaps& caps, const std::vector<size_t>& order) {
   VITDDP_CHECK(bytes.size() == dtypes.size(), "compute_bucket_assignment: ", bytes.size(), " sizes but ",
@@ -48,7 +51,11 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
   std::map<DType, Open> open;  // one open bucket per dtype
   BucketAssignment result;
   bool in_tail = false;
-  auto cap_now = [&] { return in_tail ? tail_cap_bytes : result.buckets.empty() ? first_cap_bytes : cap_bytes; };
+  size_t first_tail_bucket = 0;
+  auto cap_now = [&] {
+    if (result.buckets.empty()) return in_tail ? std::min(first_cap_bytes, tail_cap_bytes) : first_cap_bytes;
+    return in_tail ? tail_cap_bytes : cap_bytes;
+  };
   auto close_open = [&] {
     for (auto& [dtype, bucket] : open)
       if (!bucket.indices.empty()) result.buckets.push_back(std::move(bucket.indices));
@@ -61,6 +68,7 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
     if (position == tail_begin) {
       close_open();  // the tail starts buckets of its own
       in_tail = true;
+      first_tail_bucket = result.buckets.size();
     }
     Open& bucket = open[dtypes[index]];
     if (!bucket.indices.empty() && bucket.bytes + bytes[index] > cap_now()) {
@@ -75,6 +83,7 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
     }
   }
   close_open();
+  if (in_tail) result.tail_buckets = result.buckets.size() - first_tail_bucket;
   return result;
 }
 

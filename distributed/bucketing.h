@@ -12,14 +12,16 @@ namespace vitddp {
 
 struct BucketAssignment {
   std::vector<std::vector<size_t>> buckets;  // parameter indices per bucket, in bucket order
+  size_t tail_buckets = 0;                    // how many of the last ones hold the tail (BucketCaps::tail_bytes)
 };
 
 struct BucketCaps {
   size_t bytes = 25u << 20;       // every bucket's cap but the ones below (--bucket-mb)
   size_t first_bytes = 1u << 20;  // the first bucket's: communication starts early (--first-bucket-mb)
-  // 0: none. Else the cap of the buckets that hold the last `bytes` of gradients in the order
-  // (the first layers', ready when backward ends), which start a bucket of their own: less
-  // communication is left to run after backward (Note [The tail buckets]; --tail-bucket-mb).
+  // 0: none. Else the cap of the buckets that hold the tail: the longest run of parameters at the
+  // end of the order (the first layers', ready when backward ends) whose gradients fit in one
+  // bucket (`bytes`). The tail starts a bucket of its own; less communication is then left to run
+  // after backward (Note [The tail buckets]; --tail-bucket-mb).
   size_t tail_bytes = 0;
 };
 

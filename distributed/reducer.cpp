@@ -59,6 +59,7 @@ bool Reducer::contiguous_in_arena(const std::vector<size_t>& bucket) const {
 void Reducer::build_buckets(const BucketAssignment& assignment) {
   buckets_.clear();
   state_.clear();
+  tail_buckets_ = assignment.tail_buckets;
   bucket_of_.assign(params_.size(), 0);
   for (size_t b = 0; b < assignment.buckets.size(); ++b) {
     Bucket bucket;

@@ -101,6 +101,9 @@ class Reducer {
   // How many launch last of all: the held buckets (ReducerOptions::held_buckets, at most all but
   // the first).
   size_t held_launches() const { return held_launches_; }
+  // How many of the last buckets hold the tail, cut to ReducerOptions::tail_bucket_cap_bytes
+  // (0: none, or buckets restored from a checkpoint).
+  size_t tail_buckets() const { return tail_buckets_; }
 
   // Skips communication (gradient accumulation steps): mark_ready() and finalize() do nothing.
   void set_sync(bool sync) { sync_ = sync; }
@@ -163,6 +166,7 @@ class Reducer {
   size_t next_launch_ = 0;               // position in launch_order_ of the next launch
   size_t in_index_order_ = 0;            // the first launches, in index order
   size_t held_launches_ = 0;             // the last launches: the held buckets
+  size_t tail_buckets_ = 0;              // the last buckets, cut to the tail cap (Note [The tail buckets])
   bool sync_ = true;
   bool in_backward_ = false;
   BucketObserver* observer_ = nullptr;

@@ -36,7 +36,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"first-bucket-mb", &c.first_bucket_mb, "size of the first (earliest-ready) bucket in MB"},
       {"tail-bucket-mb", &c.tail_bucket_mb,
        "DDP: the last --bucket-mb of gradients (the first layers', ready as backward ends) go in buckets of this "
-       "many MB, so less communication is left when backward ends (0: off, every bucket --bucket-mb)"},
+       "many MB, below --bucket-mb, so less communication is left when backward ends (0: off; with "
+       "--ready-order-share < 1 those buckets go after backward anyway)"},
       {"hook", &c.hook, "gradient communication: allreduce, fp16, bf16 or powersgd"},
       {"powersgd-rank", &c.powersgd_rank, "PowerSGD matrix approximation rank"},
       {"powersgd-start-iter", &c.powersgd_start_iter, "steps of plain all-reduce before PowerSGD compresses"},
@@ -288,8 +289,8 @@ void TrainConfig::validate() const {
                "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
   VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
-  VITDDP_CHECK(tail_bucket_mb == 0 || (tail_bucket_mb > 0 && tail_bucket_mb < bucket_mb), "--tail-bucket-mb must be 0 "
-               "(off) or in (0, --bucket-mb ", bucket_mb, "), got ", tail_bucket_mb);
+  VITDDP_CHECK(tail_bucket_mb == 0 || (tail_bucket_mb >= 1e-6 && tail_bucket_mb < bucket_mb), "--tail-bucket-mb must "
+               "be 0 (off) or in [1e-06, --bucket-mb ", bucket_mb, "), got ", tail_bucket_mb);
   VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,
                "' (allreduce, fp16, bf16, powersgd)");
   VITDDP_CHECK(powersgd_rank >= 1, "--powersgd-rank must be >= 1, got ", powersgd_rank);

@@ -160,6 +160,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                "data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(!config.update_in_backward || ddp.reducer, "--update-in-backward updates DDP's buckets as their "
                "communication ends: it needs data parallelism (--gpus N, --procs N or --ddp)");
+  VITDDP_CHECK(config.tail_bucket_mb == 0 || ddp.reducer, "--tail-bucket-mb cuts DDP's last gradient buckets: it "
+               "needs data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
                "buckets: it needs data parallelism (--gpus N, --procs N or --ddp)");
   // The run's PowerSGD hook, whose state checkpoints carry; null without one.
@@ -207,7 +209,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
           VITDDP_CHECK(index < ddp.reducer->buckets().size() &&
                            (!b.error.defined() || b.error.numel() == ddp.reducer->buckets()[index].numel),
                        dir, ": its PowerSGD state does not fit this run's gradient buckets (bucket ", index,
-                       "); resume with the --bucket-mb and --first-bucket-mb it was saved with");
+                       "); resume with the --bucket-mb, --first-bucket-mb and --tail-bucket-mb it was saved with");
         powersgd->state() = powersgd_state_on(*st.powersgd, device);
       }
       start_step = st.step;
@@ -248,9 +250,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (ddp.reducer) {
     out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), "
         << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB"
-        << (config.tail_bucket_mb > 0 ? detail::concat(" (the last ", config.bucket_mb, " MB in buckets of <= ",
-                                                       config.tail_bucket_mb, " MB)")
-                                      : std::string())
+        << (ddp.reducer->tail_buckets() > 0 ? detail::concat(" (the last ", ddp.reducer->tail_buckets(), " of <= ",
+                                                                     config.tail_bucket_mb, " MB)")
+                                            : std::string())
         << ", hook "
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
         << (config.update_in_forward ? ", updates in the next forward" : "")

@@ -2,6 +2,7 @@
 // given order, and the tail's small buckets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "distributed/bucketing.h"
@@ -53,11 +54,14 @@ TEST(Bucketing, TheTailIsCutIntoSmallBuckets) {
   const std::vector<DType> dtypes(10, DType::kF32);
   const BucketAssignment a = compute_bucket_assignment(bytes, dtypes, caps(30, 10, 10));
   EXPECT_EQ(a.buckets, (Buckets{{9}, {8, 7, 6}, {5, 4, 3}, {2}, {1}, {0}}));
+  EXPECT_EQ(a.tail_buckets, 3u);
+  EXPECT_EQ(compute_bucket_assignment(bytes, dtypes, caps(30, 10)).tail_buckets, 0u);
   // A tail that does not start on a bucket boundary: 35-byte buckets, 30 bytes of tail (the last
   // 3 parameters fit in 35, a fourth would not), in 20-byte buckets.
   const BucketAssignment b = compute_bucket_assignment(bytes, dtypes, caps(35, 10, 20));
   EXPECT_EQ(b.buckets, (Buckets{{9}, {8, 7, 6}, {5, 4, 3}, {2, 1}, {0}}));
   EXPECT_EQ(sizes(b, bytes), (std::vector<size_t>{10, 30, 30, 20, 10}));
+  EXPECT_EQ(b.tail_buckets, 2u);
 }
 
 TEST(Bucketing, TheTailFollowsTheGivenOrderAndKeepsEveryParameterOnce) {
@@ -75,11 +79,24 @@ TEST(Bucketing, TheTailFollowsTheGivenOrderAndKeepsEveryParameterOnce) {
   EXPECT_EQ(all, expected);
 }
 
-// The whole model within one bucket's bytes: all of it is tail.
+// The whole model within one bucket's bytes: all of it is tail, and the first bucket keeps the
+// smaller of its own cap and the tail's.
 TEST(Bucketing, AModelSmallerThanABucketIsAllTail) {
   const std::vector<size_t> bytes(4, 10);
   const std::vector<DType> dtypes(4, DType::kF32);
-  EXPECT_EQ(compute_bucket_assignment(bytes, dtypes, caps(100, 50, 20)).buckets, (Buckets{{3, 2}, {1, 0}}));
+  const BucketAssignment a = compute_bucket_assignment(bytes, dtypes, caps(100, 50, 20));
+  EXPECT_EQ(a.buckets, (Buckets{{3, 2}, {1, 0}}));
+  EXPECT_EQ(a.tail_buckets, 2u);
+  EXPECT_EQ(compute_bucket_assignment(bytes, dtypes, caps(100, 10, 20)).buckets, (Buckets{{3}, {2, 1}, {0}}));
+}
+
+// A last parameter larger than a bucket: no run at the end fits, so there is no tail.
+TEST(Bucketing, NoTailWhenTheLastParameterFillsABucket) {
+  const std::vector<size_t> bytes = {50, 10, 10, 10};
+  const std::vector<DType> dtypes(4, DType::kF32);
+  const BucketAssignment a = compute_bucket_assignment(bytes, dtypes, caps(30, 10, 10));
+  EXPECT_EQ(a.tail_buckets, 0u);
+  EXPECT_EQ(a.buckets, (Buckets{{3}, {2, 1}, {0}}));
 }
 
 TEST(Bucketing, BadArgumentsAreRefused) {

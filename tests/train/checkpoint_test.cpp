@@ -814,6 +814,11 @@ TEST(Checkpoint, ResumeSettingChangesNameWhatDiffers) {
   EXPECT_EQ(resume_setting_changes(saved, now),
             (std::vector<std::string>{"--seed 1 -> 3", "--data \"synthetic\" -> \"learnable\""}));
   EXPECT_TRUE(resume_setting_changes(nlohmann::json(), now).empty());
+  // The bucket layout's settings: a checkpoint restores its own buckets, so a change is named.
+  const nlohmann::json buckets = {{"bucket-mb", 25.0}, {"first-bucket-mb", 1.0}, {"tail-bucket-mb", 0.0}};
+  nlohmann::json tail = buckets;
+  tail["tail-bucket-mb"] = 5.0;
+  EXPECT_EQ(resume_setting_changes(buckets, tail), (std::vector<std::string>{"--tail-bucket-mb 0.0 -> 5.0"}));
 }
 
 TEST(Checkpoint, MoreRanksThanTheCheckpointIsRefusedByName) {

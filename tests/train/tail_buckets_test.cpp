@@ -37,17 +37,42 @@ TEST(TailBuckets, TheStartLineCountsThem) {
   EXPECT_GT(buckets(plain.out), 0) << plain.out;
   // The last 0.05 MB (a bucket's worth) in 0.01 MB buckets: more of them.
   EXPECT_GT(buckets(tail.out), buckets(plain.out)) << tail.out;
-  EXPECT_NE(tail.out.find(" buckets of <= 0.05 MB (the last 0.05 MB in buckets of <= 0.01 MB), hook "),
-            std::string::npos)
-      << tail.out;
+  // "(the last K of <= 0.01 MB)": K from the reducer's buckets, here every one past the last
+  // plain bucket.
+  const size_t at = tail.out.find(" buckets of <= 0.05 MB (the last ");
+  ASSERT_NE(at, std::string::npos) << tail.out;
+  const size_t k_begin = at + std::string(" buckets of <= 0.05 MB (the last ").size();
+  const int k = std::stoi(tail.out.substr(k_begin));
+  EXPECT_GE(k, 2);
+  EXPECT_LT(k, buckets(tail.out));
+  EXPECT_NE(tail.out.find(std::to_string(k) + " of <= 0.01 MB), hook ", k_begin), std::string::npos) << tail.out;
+}
+
+// A checkpoint restores the buckets it was saved with: resuming with another tail setting says so.
+TEST(TailBuckets, ResumingWithAnotherSettingIsNamed) {
+  testing::TempFolder dir("vitddp_tail_resume");
+  const std::string ckpt = (dir / "ckpt").string();
+  const testing::TrainOutcome first =
+      testing::run_train("", kTwoTinyGlooRanks + " --steps 2 --checkpoint-dir " + ckpt + " --checkpoint-every 2");
+  ASSERT_EQ(first.code, 0) << first.out;
+  const testing::TrainOutcome resumed = testing::run_train(
+      "", kTwoTinyGlooRanks + " --steps 3 --resume --checkpoint-dir " + ckpt + " --tail-bucket-mb 0.01");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("with settings its run did not have (--tail-bucket-mb 0.0 -> 0.01)"), std::string::npos)
+      << resumed.out;
+  // The restored buckets have no tail, and the start line does not claim one.
+  EXPECT_EQ(resumed.out.find("(the last "), std::string::npos) << resumed.out;
 }
 
 TEST(TailBuckets, BadValuesAreRefused) {
-  for (const std::string& value : {std::string("-1"), std::string("0.05"), std::string("1")}) {
+  for (const std::string& value : {std::string("-1"), std::string("0.05"), std::string("1"), std::string("1e-09")}) {
     SCOPED_TRACE(value);
     testing::expect_refused_in_one_line(kTwoTinyGlooRanks + " --steps 1 --tail-bucket-mb " + value,
-                                        "--tail-bucket-mb must be 0 (off) or in (0, --bucket-mb 0.05), got " + value);
+                                        "--tail-bucket-mb must be 0 (off) or in [1e-06, --bucket-mb 0.05), got " +
+                                            value);
   }
+  testing::expect_refused_in_one_line("--model vit_tiny --device cpu --batch-size 4 --steps 1 --tail-bucket-mb 1",
+                                      "--tail-bucket-mb cuts DDP's last gradient buckets: it needs data parallelism");
 }
 
 }  // namespace
