@@ -285,5 +285,47 @@ TEST(Reducer, KeepsViewBucketsWhenTheWaitIsSmall) {
   for (size_t b = 0; b < before.size(); ++b) EXPECT_EQ(s.reducer->buckets()[b].params, before[b].params);
 }
 
+// --tail-bucket-mb (Note [The tail buckets]): the reducer makes the tail and says how many buckets
+// hold it, again after the rebuild from the observed order; restored buckets have none. Four
+// parameters of 16 bytes, used so that gradients arrive p0, p1, p2, p3 against the guess's
+// reverse order; buckets of 48 bytes after a first of 16, the tail (the last 48 bytes) in 16.
+TEST(Reducer, TailBucketsSurviveTheRebuildAndNotARestore) {
+  std::vector<Tensor> p;
+  NamedTensors params;
+  for (int k = 0; k < 4; ++k) {
+    p.push_back(Tensor::from_vector({0.5 + k, -1.5, 2.0, 0.25 * k}, {4}).set_requires_grad(true));
+    params.push_back({"p" + std::to_string(k), p.back()});
+  }
+  ParamArena arena(params, Device::cpu());
+  testing::FakeGroup group;
+  std::vector<ReducerParam> rp;
+  for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+  ReducerOptions options;
+  options.bucket_cap_bytes = 48;
+  options.first_bucket_cap_bytes = 16;
+  options.tail_bucket_cap_bytes = 16;
+  Reducer reducer(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].second.register_grad_ready_hook([&reducer, i](const Tensor&) { reducer.mark_ready(i); });
+  auto params_of = [&] {
+    std::vector<std::vector<size_t>> out;
+    for (const BucketInfo& b : reducer.buckets()) out.push_back(b.params);
+    return out;
+  };
+  // The guess: p3 in the first bucket, then the tail p2, p1, p0 one by one.
+  EXPECT_EQ(params_of(), (std::vector<std::vector<size_t>>{{3}, {2}, {1}, {0}}));
+  EXPECT_EQ(reducer.tail_buckets(), 3u);
+  const Tensor x = Tensor::from_vector({1, 2, 3, 4}, {4});
+  arena.zero_grad();
+  reducer.prepare_for_backward();
+  sum(mul(p[0], mul(p[1], mul(p[2], mul(p[3], x))))).backward();
+  reducer.finalize();
+  ASSERT_EQ(reducer.rebuilds(), 1);
+  EXPECT_EQ(params_of(), (std::vector<std::vector<size_t>>{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(reducer.tail_buckets(), 3u);
+  reducer.restore_buckets(params_of());
+  EXPECT_EQ(reducer.tail_buckets(), 0u);
+}
+
 }  // namespace
 }  // namespace vitddp
