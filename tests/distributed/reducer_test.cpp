@@ -3,6 +3,9 @@
 // launches during backward, views vs copies, unused parameters.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
+
 #include "common/tiny_ddp.h"
 #include "common/test_utils.h"
 #include "distributed/reducer.h"
@@ -19,6 +22,29 @@ namespace {
 using testing::FakeGroup;
 
 using DdpFixture = testing::TinyDdp;
+
+// Hand-made parameters in a CPU arena, wired to a Reducer over a FakeGroup through their
+// gradient-ready hooks: for tests that choose the order gradients arrive in.
+struct HandMadeDdp {
+  HandMadeDdp(NamedTensors named, const ReducerOptions& options) : params(std::move(named)), arena(params, Device::cpu()) {
+    std::vector<ReducerParam> rp;
+    for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
+    reducer = std::make_unique<Reducer>(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].second.register_grad_ready_hook([this, i](const Tensor&) { reducer->mark_ready(i); });
+  }
+  // One backward of `loss` between the reducer's prepare_for_backward() and finalize().
+  void step(const std::function<Tensor()>& loss) {
+    arena.zero_grad();
+    reducer->prepare_for_backward();
+    loss().backward();
+    reducer->finalize();
+  }
+  NamedTensors params;
+  ParamArena arena;
+  FakeGroup group;
+  std::unique_ptr<Reducer> reducer;
+};
 
 std::vector<std::vector<double>> grads_of(const NamedTensors& params) {
   std::vector<std::vector<double>> out;
@@ -176,26 +202,16 @@ TEST(Reducer, RebuildsBucketsOnceWhenGradientsArriveOutOfBucketOrder) {
   Tensor p0 = Tensor::from_vector({0.5, -1.5, 2.0, 0.25}, {4}).set_requires_grad(true);
   Tensor p1 = Tensor::from_vector({1.5, 0.5, -0.75, 3.0}, {4}).set_requires_grad(true);
   Tensor p2 = Tensor::from_vector({-1.0, 2.5, 0.5, 1.25}, {4}).set_requires_grad(true);
-  NamedTensors params = {{"p0", p0}, {"p1", p1}, {"p2", p2}};
-  ParamArena arena(params, Device::cpu());
-  testing::FakeGroup group;
-  std::vector<ReducerParam> rp;
-  for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
   ReducerOptions options;
   options.bucket_cap_bytes = 16;  // one parameter per bucket
   options.first_bucket_cap_bytes = 16;
-  Reducer reducer(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i].second.register_grad_ready_hook([&reducer, i](const Tensor&) { reducer.mark_ready(i); });
+  HandMadeDdp ddp({{"p0", p0}, {"p1", p1}, {"p2", p2}}, options);
+  Reducer& reducer = *ddp.reducer;
+  FakeGroup& group = ddp.group;
   ASSERT_EQ(reducer.buckets().size(), 3u);
   EXPECT_EQ(reducer.buckets()[0].params, std::vector<size_t>{2});  // the guess: p2 first
   const Tensor x = Tensor::from_vector({1, 2, 3, 4}, {4});
-  auto step = [&] {
-    arena.zero_grad();
-    reducer.prepare_for_backward();
-    sum(mul(p0, mul(p1, mul(p2, x)))).backward();
-    reducer.finalize();
-  };
+  auto step = [&] { ddp.step([&] { return sum(mul(p0, mul(p1, mul(p2, x)))); }); };
   step();
   EXPECT_EQ(reducer.rebuilds(), 1);
   EXPECT_EQ(reducer.ready_order(), (std::vector<size_t>{0, 1, 2}));
@@ -221,22 +237,13 @@ TEST(Reducer, RebuildsBucketsOnceWhenGradientsArriveOutOfBucketOrder) {
 TEST(Reducer, RebuildsTwoBucketsThatCompleteInReverse) {
   Tensor p0 = Tensor::from_vector({0.5, -1.5, 2.0, 0.25}, {4}).set_requires_grad(true);
   Tensor p1 = Tensor::from_vector({1.5, 0.5, -0.75, 3.0}, {4}).set_requires_grad(true);
-  NamedTensors params = {{"p0", p0}, {"p1", p1}};
-  ParamArena arena(params, Device::cpu());
-  testing::FakeGroup group;
-  std::vector<ReducerParam> rp;
-  for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
   ReducerOptions options;
   options.bucket_cap_bytes = 16;
   options.first_bucket_cap_bytes = 16;
-  Reducer reducer(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i].second.register_grad_ready_hook([&reducer, i](const Tensor&) { reducer.mark_ready(i); });
+  HandMadeDdp ddp({{"p0", p0}, {"p1", p1}}, options);
+  Reducer& reducer = *ddp.reducer;
   EXPECT_EQ(reducer.buckets()[0].params, std::vector<size_t>{1});
-  arena.zero_grad();
-  reducer.prepare_for_backward();
-  sum(mul(p0, mul(p1, Tensor::from_vector({1, 2, 3, 4}, {4})))).backward();  // p0's gradient first
-  reducer.finalize();
+  ddp.step([&] { return sum(mul(p0, mul(p1, Tensor::from_vector({1, 2, 3, 4}, {4})))); });  // p0's gradient first
   EXPECT_EQ(reducer.rebuilds(), 1);
   EXPECT_EQ(reducer.buckets()[0].params, std::vector<size_t>{0});
 }
@@ -296,17 +303,12 @@ TEST(Reducer, TailBucketsSurviveTheRebuildAndNotARestore) {
     p.push_back(Tensor::from_vector({0.5 + k, -1.5, 2.0, 0.25 * k}, {4}).set_requires_grad(true));
     params.push_back({"p" + std::to_string(k), p.back()});
   }
-  ParamArena arena(params, Device::cpu());
-  testing::FakeGroup group;
-  std::vector<ReducerParam> rp;
-  for (size_t i = 0; i < params.size(); ++i) rp.push_back({params[i].first, params[i].second, arena.offset_of(i)});
   ReducerOptions options;
   options.bucket_cap_bytes = 48;
   options.first_bucket_cap_bytes = 16;
   options.tail_bucket_cap_bytes = 16;
-  Reducer reducer(rp, arena.flat_grads(), group, make_allreduce_hook(), options);
-  for (size_t i = 0; i < params.size(); ++i)
-    params[i].second.register_grad_ready_hook([&reducer, i](const Tensor&) { reducer.mark_ready(i); });
+  HandMadeDdp ddp(params, options);
+  Reducer& reducer = *ddp.reducer;
   auto params_of = [&] {
     std::vector<std::vector<size_t>> out;
     for (const BucketInfo& b : reducer.buckets()) out.push_back(b.params);
@@ -316,10 +318,7 @@ TEST(Reducer, TailBucketsSurviveTheRebuildAndNotARestore) {
   EXPECT_EQ(params_of(), (std::vector<std::vector<size_t>>{{3}, {2}, {1}, {0}}));
   EXPECT_EQ(reducer.tail_buckets(), 3u);
   const Tensor x = Tensor::from_vector({1, 2, 3, 4}, {4});
-  arena.zero_grad();
-  reducer.prepare_for_backward();
-  sum(mul(p[0], mul(p[1], mul(p[2], mul(p[3], x))))).backward();
-  reducer.finalize();
+  ddp.step([&] { return sum(mul(p[0], mul(p[1], mul(p[2], mul(p[3], x))))); });
   ASSERT_EQ(reducer.rebuilds(), 1);
   EXPECT_EQ(params_of(), (std::vector<std::vector<size_t>>{{0}, {1}, {2}, {3}}));
   EXPECT_EQ(reducer.tail_buckets(), 3u);
