@@ -36,11 +36,15 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
   VITDDP_CHECK(sequence.size() == bytes.size(), "compute_bucket_assignment: order names ", sequence.size(),
                " parameters, expected ", bytes.size());
   std::vector<bool> seen(bytes.size(), false);
+  for (size_t index : sequence) {
+    VITDDP_CHECK(index < bytes.size() && !seen[index], "compute_bucket_assignment: bad or repeated index ", index);
+    seen[index] = true;
+  }
   // The tail: from the first position whose gradients, with all after it, fit in one bucket.
   size_t tail_begin = sequence.size();
   if (tail_cap_bytes > 0) {
     size_t suffix = 0;
-    while (tail_begin > 0 && sequence[tail_begin - 1] < bytes.size() && suffix + bytes[sequence[tail_begin - 1]] <= cap_bytes)
+    while (tail_begin > 0 && suffix + bytes[sequence[tail_begin - 1]] <= cap_bytes)
       suffix += bytes[sequence[--tail_begin]];
   }
 
@@ -63,8 +67,6 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
   };
   for (size_t position = 0; position < sequence.size(); ++position) {
     const size_t index = sequence[position];
-    VITDDP_CHECK(index < bytes.size() && !seen[index], "compute_bucket_assignment: bad or repeated index ", index);
-    seen[index] = true;
     if (position == tail_begin) {
       close_open();  // the tail starts buckets of its own
       in_tail = true;
