@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/group_options.h"
 #include "common/multiprocess.h"
 
 namespace vitddp::testing {
@@ -13,12 +14,7 @@ void run_on_gloo_ranks(int ranks, const std::string& name, const std::function<i
   auto codes = run_in_processes(
       ranks,
       [&](int rank) {
-        ProcessGroupOptions o;
-        o.rank = rank;
-        o.world_size = ranks;
-        o.rendezvous = path;
-        o.timeout = std::chrono::milliseconds(10000);
-        auto group = make_gloo_process_group(o);
+        auto group = make_gloo_process_group(group_options(rank, ranks, path));
         return body(rank, *group);
       },
       timeout);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/gpu.h"
+#include "common/group_options.h"
 #include "common/multiprocess.h"
 #include "distributed/process_group.h"
 #if VITDDP_WITH_NCCL
@@ -29,11 +30,7 @@ std::vector<std::string> run_pair(std::chrono::milliseconds timeout,
                                   const std::function<void(int, ProcessGroupNccl&, ProcessGroupNccl&)>& body) {
   testing::TempFolder folder("vitddp_host_copy");
   return testing::run_on_gpu_threads(2, [&](int rank) {
-    ProcessGroupOptions o;
-    o.rank = rank;
-    o.world_size = 2;
-    o.rendezvous = folder.path();
-    o.timeout = timeout;
+    ProcessGroupOptions o = testing::group_options(rank, 2, folder.path(), timeout);
     ProcessGroupNccl plain(o);
     o.host_copy_allreduce = true;
     ProcessGroupNccl host_copy(o);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/group_options.h"
 #include "common/multiprocess.h"
 #include "common/test_utils.h"
 #include "distributed/process_group.h"
@@ -26,15 +27,7 @@ using testing::TempFolder;
 
 constexpr auto kTestTimeout = 20s;
 
-ProcessGroupOptions options_for(int rank, int world, const std::string& folder,
-                                std::chrono::milliseconds timeout = 10000ms) {
-  ProcessGroupOptions o;
-  o.rank = rank;
-  o.world_size = world;
-  o.rendezvous = folder;
-  o.timeout = timeout;
-  return o;
-}
+using testing::group_options;
 
 // Runs `body(rank, group)` on `world` forked ranks and expects every one to return 0.
 void run_ranks(int world, const std::function<int(int, ProcessGroup&)>& body,
@@ -44,7 +37,7 @@ void run_ranks(int world, const std::function<int(int, ProcessGroup&)>& body,
   auto codes = run_in_processes(
       world,
       [&](int rank) {
-        auto group = make_gloo_process_group(options_for(rank, world, path, timeout));
+        auto group = make_gloo_process_group(group_options(rank, world, path, timeout));
         VITDDP_CHILD_CHECK(group->rank() == rank && group->size() == world && group->backend() == "gloo");
         return body(rank, *group);
       },
@@ -172,13 +165,13 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooWorld, ::testing::Values(2, 4),
 TEST(Gloo, BadArgumentsAreUserErrors) {
   REQUIRE_GLOO();
   TempFolder folder;
-  auto pg = make_gloo_process_group(options_for(0, 1, folder.path()));
+  auto pg = make_gloo_process_group(group_options(0, 1, folder.path()));
   Tensor t = Tensor::zeros({4, 4});
   EXPECT_TRUE(testing::throws_with([&] { pg->allreduce(t.as_strided({4, 2}, {4, 2}, 0), ReduceOp::kSum); },
                                    {"ProcessGroupGloo::allreduce", "contiguous CPU tensor"}));
   EXPECT_TRUE(testing::throws_with([&] { pg->broadcast(t, 1); }, {"root 1"}));
   EXPECT_TRUE(testing::throws_with([&] { pg->allgather(t, Tensor::zeros({2, 4, 4})); }, {"allgather", "shape"}));
-  EXPECT_TRUE(testing::throws_with([&] { make_gloo_process_group(options_for(3, 2, folder.path())); },
+  EXPECT_TRUE(testing::throws_with([&] { make_gloo_process_group(group_options(3, 2, folder.path())); },
                                    {"rank 3"}));
 }
 
@@ -193,7 +186,7 @@ TEST(ProcessGroup, FactoriesExplainAMissingBackend) {
 
 TEST(Gloo, OneRankWorldIsLocal) {
   REQUIRE_GLOO();
-  auto pg = make_gloo_process_group(options_for(0, 1, ""));
+  auto pg = make_gloo_process_group(group_options(0, 1, ""));
   Tensor t = rank_fill(0, 10, DType::kF32);
   pg->allreduce(t, ReduceOp::kAvg)->wait();
   EXPECT_LT(first_mismatch(t, 1.0, 0), 0);
@@ -208,7 +201,7 @@ TEST(Gloo, MissingRankTimesOutInRendezvous) {
   TempFolder folder;
   const auto start = std::chrono::steady_clock::now();
   try {
-    make_gloo_process_group(options_for(0, 2, folder.path(), 500ms));
+    make_gloo_process_group(group_options(0, 2, folder.path(), 500ms));
     FAIL() << "rendezvous with a missing rank did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what();

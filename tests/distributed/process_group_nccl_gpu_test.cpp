@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/gpu.h"
+#include "common/group_options.h"
 #include "common/multiprocess.h"
 #include "distributed/process_group.h"
 #if VITDDP_WITH_NCCL
@@ -20,15 +21,6 @@ namespace {
 #if VITDDP_WITH_NCCL
 
 using namespace std::chrono_literals;
-
-ProcessGroupOptions options_for(int rank, int world, const std::string& folder, std::chrono::milliseconds timeout) {
-  ProcessGroupOptions o;
-  o.rank = rank;
-  o.world_size = world;
-  o.rendezvous = folder;
-  o.timeout = timeout;
-  return o;
-}
 
 Tensor rank_fill(int rank, int64_t n, DType dtype, int device) {
   std::vector<double> v(n);
@@ -53,7 +45,7 @@ std::vector<std::string> run_threads(int world, std::chrono::milliseconds timeou
                                      const std::function<void(int, ProcessGroupNccl&)>& body) {
   testing::TempFolder folder("vitddp_nccl");
   return testing::run_on_gpu_threads(world, [&](int rank) {
-    ProcessGroupNccl group(options_for(rank, world, folder.path(), timeout));
+    ProcessGroupNccl group(testing::group_options(rank, world, folder.path(), timeout));
     body(rank, group);
   });
 }
