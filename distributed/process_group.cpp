@@ -14,6 +14,15 @@
 
 namespace vitddp {
 
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
 void Work::wait_on_host() {
   wait();
   while (!done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -18,7 +18,9 @@
 
 namespace vitddp {
 
-enum class ReduceOp { kSum, kAvg };
+// kMin: integer tensors too (a consensus over ranks, as the sharded update's non-finite report).
+enum class ReduceOp { kSum, kAvg, kMin };
+const char* reduce_op_name(ReduceOp op);
 
 class Work {
  public:
@@ -61,8 +63,12 @@ class ProcessGroup {
   // In place on a contiguous tensor of the group's device kind.
   virtual std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) = 0;
   virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) = 0;
-  // out: (world, *in.shape()), contiguous; out[r] = rank r's `in`.
+  // out: (world, *in.shape()), contiguous; out[r] = rank r's `in`. In place when `in` is out[rank].
   virtual std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) = 0;
+  // out: contiguous, in.numel() / world elements; out = this rank's part of the reduction of
+  // every rank's `in` (elements [rank * n, (rank + 1) * n) of it). In place when `out` is that
+  // part of `in`; `in` is otherwise left as it was.
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
   virtual void barrier() = 0;
 
   // Host time the calling threads spent issuing collectives so far (`train --op-breakdown`

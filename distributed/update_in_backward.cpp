@@ -46,8 +46,9 @@ struct UpdateInBackward::Streams {
 #endif
 };
 
-UpdateInBackward::UpdateInBackward(Reducer& reducer, Optimizer& optimizer, const Device& device)
-    : reducer_(reducer), optimizer_(optimizer) {
+UpdateInBackward::UpdateInBackward(Reducer& reducer, Optimizer& optimizer, const Device& device,
+                                   ShardedUpdate* sharded)
+    : reducer_(reducer), optimizer_(optimizer), sharded_(sharded) {
   if (device.is_cuda()) {
 #if VITDDP_WITH_CUDA
     streams_ = std::make_unique<Streams>();
@@ -67,6 +68,7 @@ void UpdateInBackward::begin_step() {
   optimizer_.begin_step();
   stepping_ = true;
   in_backward_ = !reducer_.rebuild_pending();
+  if (sharded_) sharded_->begin_step(/*scatter=*/in_backward_);  // a rebuild needs every weight updated
   lagging_.reset();
 }
 
@@ -86,6 +88,10 @@ void UpdateInBackward::apply(size_t bucket) {
   if (streams_) on_update.emplace(streams_->update.get());
 #endif
   reducer_.wait_bucket(bucket);  // on the GPU the update stream waits, not the host
+  if (sharded_) {
+    sharded_->update(bucket);
+    return;
+  }
   for (const auto& [begin, end] : reducer_.flat_ranges(bucket)) optimizer_.update(begin, end);
 }
 
@@ -110,6 +116,13 @@ void UpdateInBackward::after_backward() {
     ++issued_after_backward_;
   }
   lagging_.reset();
+  if (sharded_) {
+#if VITDDP_WITH_CUDA
+    std::optional<cuda::StreamGuard> on_update;
+    if (streams_) on_update.emplace(streams_->update.get());
+#endif
+    sharded_->finish_step();  // the update stream waits for the gathers and the report's consensus
+  }
 #if VITDDP_WITH_CUDA
   if (streams_) {
     streams_->done.record(streams_->update.get());

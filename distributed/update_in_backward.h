@@ -9,6 +9,8 @@
 //                     update, then the current stream waits for the updates
 //   replayed()        instead of the backward and after_backward(), for a step replayed as a
 //                     CUDA graph
+// With a ShardedUpdate (--shard-update) each bucket's update is that rank's part of it, and the
+// updated weights are all-gathered (Note [Sharded updates] in sharded_update.cpp).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <optional>
 
 #include "distributed/reducer.h"
+#include "distributed/sharded_update.h"
 #include "framework/core/dtype.h"
 #include "framework/optim/optimizer.h"
 
@@ -25,7 +28,8 @@ class UpdateInBackward {
  public:
   // Follows `reducer`'s launches (its launch listener) until destroyed. The reducer's flat
   // gradient buffer must be the optimizer's arena's.
-  UpdateInBackward(Reducer& reducer, Optimizer& optimizer, const Device& device);
+  // `sharded` (not owned; may be null): its updates instead of whole buckets'.
+  UpdateInBackward(Reducer& reducer, Optimizer& optimizer, const Device& device, ShardedUpdate* sharded = nullptr);
   ~UpdateInBackward();
   UpdateInBackward(const UpdateInBackward&) = delete;
   UpdateInBackward& operator=(const UpdateInBackward&) = delete;
@@ -51,6 +55,7 @@ class UpdateInBackward {
   struct Streams;  // GPU: the update stream and the event the current stream joins it by
   Reducer& reducer_;
   Optimizer& optimizer_;
+  ShardedUpdate* sharded_;
   std::unique_ptr<Streams> streams_;
   bool stepping_ = false;          // between begin_step() and after_backward()
   bool in_backward_ = false;

@@ -67,6 +67,11 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "DDP: each bucket's optimizer update runs right after its communication, on a stream of its own beside the "
        "rest of backward, instead of in one pass after backward (weights bit-identical to the plain update; needs "
        "--nonfinite stop and --hook allreduce, or bf16 in bf16 training)"},
+      {"shard-update", &c.shard_update,
+       "DDP: each bucket is reduce-scattered; each rank updates its own part of it, beside backward as with "
+       "--update-in-backward, and the ranks all-gather the updated weights (ZeRO stage 1: the update's work and "
+       "the master weights' reads divided by the ranks, the bytes on the link unchanged; weights bit-identical "
+       "to the plain update with 2 ranks; needs --hook allreduce and --nonfinite stop)"},
       {"nccl-register", &c.nccl_register,
        "GPU DDP: the gradient buffer comes from ncclMemAlloc and is registered with the communicator, so NCCL's "
        "all-reduce works on the buckets in place over NVLink instead of through its staging buffers"},
@@ -343,6 +348,16 @@ void TrainConfig::validate() const {
                "--update-in-backward takes --hook allreduce, or --hook bf16 with --precision bf16: --hook ", hook,
                (hook != "powersgd" && precision != "bf16" ? " on f32 buckets" : ""), " communicates through buffers of its own, which the "
                "compute stream would free while the update stream may still read them");
+  VITDDP_CHECK(!shard_update || hook == "allreduce", "--shard-update reduce-scatters each bucket in place: it takes "
+               "--hook allreduce, not --hook ", hook);
+  VITDDP_CHECK(!shard_update || nonfinite == "stop", "--shard-update applies updates before the step's gradients "
+               "have all been scanned; --nonfinite skip needs them all first");
+  VITDDP_CHECK(!(shard_update && update_in_forward), "--shard-update updates each bucket beside backward; "
+               "--update-in-forward places the same updates in the next forward: choose one");
+  VITDDP_CHECK(!shard_update || grad_as_bucket_view, "--shard-update updates each bucket's part of the gradient "
+               "buffer in place: it needs --grad-as-bucket-view");
+  VITDDP_CHECK(!(shard_update && host_copy_allreduce), "--shard-update reduce-scatters and all-gathers through "
+               "NCCL; --host-copy-allreduce carries all-reduces only: choose one");
   VITDDP_CHECK(gemm_candidates >= 1 && gemm_candidates <= 256, "--gemm-candidates must be in [1, 256], got ",
                gemm_candidates);
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);

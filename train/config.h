@@ -60,6 +60,7 @@ struct TrainConfig {
   int64_t bind_cpus = 0;           // each rank's training thread held to N CPUs of its own (0: anywhere)
   bool update_in_forward = false;  // DDP: a bucket's update at the next forward's first use of its parameters
   bool update_in_backward = false; // DDP: a bucket's update right after its communication, beside backward
+  bool shard_update = false;       // DDP: each rank updates its part of each bucket, the weights all-gathered (ZeRO-1)
   bool host_copy_allreduce = false;  // GPU DDP: all-reduces through shared host memory and the copy engines
   bool nccl_register = false;      // GPU DDP: gradients in memory NCCL registers (zero-copy collectives)
   bool cuda_graph = false;         // GPU: forward, backward and DDP's collectives replayed as one CUDA graph

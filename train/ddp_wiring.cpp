@@ -4,6 +4,7 @@
 
 #include "distributed/comm_hook.h"
 #include "distributed/hooks/powersgd.h"
+#include "distributed/hooks/reduce_scatter.h"
 #include "framework/core/random.h"
 #if VITDDP_WITH_NCCL
 #include "distributed/nccl/nccl_memory.h"
@@ -32,6 +33,8 @@ void check_same_model(ProcessGroup& group, const ParamArena& arena, Device devic
 }
 
 std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
+  // --shard-update: the all-reduce hook that reduce-scatters when ShardedUpdate says so.
+  if (config.hook == "allreduce" && config.shard_update) return std::make_unique<ReduceScatterHook>();
   if (config.hook == "allreduce") return make_allreduce_hook();
   if (config.hook == "fp16") return make_cast_compress_hook(DType::kF16);
   if (config.hook == "bf16") return make_cast_compress_hook(DType::kBF16);

@@ -1,6 +1,7 @@
 #include "train/graphed_step.h"
 
 #include <cmath>
+#include <string>
 #include <ostream>
 #include <vector>
 
@@ -44,9 +45,9 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
     why.push_back("the run has " + std::to_string(steps) + " step(s): the graph is captured at the third");
   if (c.accumulate > 1) why.push_back("--accumulate " + std::to_string(c.accumulate) + " (one micro-batch a step is captured)");
   if (c.update_in_forward) why.push_back("--update-in-forward (its updates run inside the next step's forward)");
-  if (c.update_in_backward && c.optimizer == "adamw")
-    why.push_back("--update-in-backward with adamw (its bias corrections change every step; the graph would keep "
-                  "the captured step's)");
+  if ((c.update_in_backward || c.shard_update) && c.optimizer == "adamw")
+    why.push_back(std::string(c.shard_update ? "--shard-update" : "--update-in-backward") +
+                  " with adamw (its bias corrections change every step; the graph would keep the captured step's)");
   if (c.hook == "powersgd")
     why.push_back("--hook powersgd (its plain all-reduce steps, warm start and per-bucket state change from step to step)");
   if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")

@@ -19,6 +19,7 @@
 #include "framework/optim/optimizer.h"
 #include "distributed/hooks/powersgd.h"
 #include "distributed/overlapped_update.h"
+#include "distributed/sharded_update.h"
 #include "distributed/update_in_backward.h"
 #include "framework/core/nvtx.h"
 #include "framework/core/random.h"
@@ -160,6 +161,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                "data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(!config.update_in_backward || ddp.reducer, "--update-in-backward updates DDP's buckets as their "
                "communication ends: it needs data parallelism (--gpus N, --procs N or --ddp)");
+  VITDDP_CHECK(!config.shard_update || ddp.reducer, "--shard-update divides DDP's updates among the ranks: it needs "
+               "data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.tail_bucket_mb == 0 || ddp.reducer, "--tail-bucket-mb cuts DDP's last gradient buckets: it "
                "needs data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
@@ -256,7 +259,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << ", hook "
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
         << (config.update_in_forward ? ", updates in the next forward" : "")
-        << (config.update_in_backward ? ", updates in backward" : "")
+        << (config.update_in_backward && !config.shard_update ? ", updates in backward" : "")
+        << (config.shard_update ? detail::concat(", updates in backward sharded over the ", world,
+                                                 " ranks (each its part of a bucket, the weights all-gathered)")
+                                : std::string())
         << (grad_allocator ? ", gradients registered with NCCL" : "");
     const size_t buckets = ddp.reducer->buckets().size(), in_ready_order = ddp.reducer->ready_order_launches();
     const size_t held = ddp.reducer->held_launches(), after_backward = buckets - in_ready_order - held;
@@ -295,8 +301,14 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   }
   // --update-in-backward: each bucket's update follows its communication, beside backward
   // (Note [Updates in backward] in distributed/update_in_backward.cpp).
+  // --shard-update: each rank updates its part of each bucket, in backward (Note [Sharded updates]
+  // in distributed/sharded_update.cpp).
+  std::unique_ptr<ShardedUpdate> sharded;
+  if (config.shard_update)
+    sharded = std::make_unique<ShardedUpdate>(*ddp.reducer, *ddp.group, *optimizer, arena, nonfinite.flag());
   std::unique_ptr<UpdateInBackward> in_backward;
-  if (config.update_in_backward) in_backward = std::make_unique<UpdateInBackward>(*ddp.reducer, *optimizer, device);
+  if (config.update_in_backward || sharded)
+    in_backward = std::make_unique<UpdateInBackward>(*ddp.reducer, *optimizer, device, sharded.get());
   // Summed over ranks each step (DDP only; one process reads stop_signal() directly).
   Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
   std::shared_ptr<Work> stop_work;  // the step's stop-flag all-reduce, waited for when the step ends
@@ -474,6 +486,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   };
   auto save = [&](int64_t steps_done) {
     if (overlapped) overlapped->flush();
+    if (sharded) sharded->gather_state();  // every rank's master weights and state whole
     CheckpointState st;
     st.step = steps_done;
     st.config = config.to_json();
@@ -581,6 +594,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
                " steps (--warmup + --steps)");
   // The run's weights, before --op-breakdown's two extra steps change them.
+  if (!config.save.empty() && sharded) sharded->gather_state();  // on every rank: a collective
   if (!config.save.empty() && env.rank == 0) {
     if (ddp.group) ddp.group->check_health();  // the last step's collectives are done: none failed
     write_safetensors(config.save, arena.master_views());

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <vector>
 
 #include "distributed/file_store.h"
 #include "distributed/wait_board.h"
@@ -95,6 +96,18 @@ void sum_into(void* c, const void* a, const void* b, size_t n) {
     for (size_t i = 0; i < n; ++i) out[i] = T(static_cast<float>(x[i]) + static_cast<float>(y[i]));
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+  }
+}
+
+template <typename T>
+void min_into(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<T*>(c);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  if constexpr (std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(y[i]) < static_cast<float>(x[i]) ? y[i] : x[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = y[i] < x[i] ? y[i] : x[i];
   }
 }
 
@@ -351,12 +364,28 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(const std::string& what, std::fu
 
 // ---- collectives ----
 
+namespace {
+// Reduces `n` elements at `data` over the group in place (Gloo's ring), then averages them.
+template <typename T>
+void gloo_allreduce(const std::shared_ptr<gloo::Context>& context, std::chrono::milliseconds timeout, uint32_t tag,
+                    T* data, size_t n, ReduceOp op, int world) {
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(data, n);
+  opts.setReduceFunction(op == ReduceOp::kMin ? &min_into<T> : &sum_into<T>);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+  if (op == ReduceOp::kAvg) {
+    if constexpr (!std::is_same_v<T, int64_t>) divide_by(data, n, world);
+  }
+}
+}  // namespace
+
 std::shared_ptr<Work> ProcessGroupGloo::allreduce(const Tensor& tensor, ReduceOp op) {
   check_cpu_contiguous(tensor, "ProcessGroupGloo::allreduce");
   VITDDP_CHECK(!(op == ReduceOp::kAvg && tensor.dtype() == DType::kI64),
                "ProcessGroupGloo::allreduce: kAvg needs a floating tensor, got ", tensor.description());
-  const std::string what =
-      detail::concat("allreduce(", tensor.description(), ", ", op == ReduceOp::kSum ? "sum" : "avg", ")");
+  const std::string what = detail::concat("allreduce(", tensor.description(), ", ", reduce_op_name(op), ")");
   if (size() == 1 || tensor.numel() == 0) return GlooWork::completed(what);
   const int world = size();
   auto context = context_;
@@ -364,19 +393,43 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const Tensor& tensor, ReduceOp
   return enqueue(what, [tensor, op, world, context, timeout](uint32_t tag) {
     dispatch_dtype(tensor.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      T* data = static_cast<T*>(tensor.data_ptr());
-      const auto n = static_cast<size_t>(tensor.numel());
-      gloo::AllreduceOptions opts(context);
-      opts.setOutput(data, n);
-      opts.setReduceFunction(&sum_into<T>);
-      opts.setTag(tag);
-      opts.setTimeout(timeout);
-      gloo::allreduce(opts);
-      if (op == ReduceOp::kAvg) {
-        if constexpr (!std::is_same_v<T, int64_t>) divide_by(data, n, world);
-      }
+      gloo_allreduce(context, timeout, tag, static_cast<T*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()),
+                     op, world);
     });
   });
+}
+
+// Gloo's ring all-reduce over a copy of `in`, then this rank's part into `out`: the semantics of
+// a reduce-scatter (CPU runs are for tests and CI, where the doubled traffic does not matter).
+std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  const char* name = "ProcessGroupGloo::reduce_scatter";
+  check_cpu_contiguous(in, name);
+  check_cpu_contiguous(out, name);
+  VITDDP_CHECK(!(op == ReduceOp::kAvg && in.dtype() == DType::kI64), name, ": kAvg needs a floating tensor, got ",
+               in.description());
+  VITDDP_CHECK(out.dtype() == in.dtype() && out.numel() * size() == in.numel(), name, ": out must be ",
+               dtype_name(in.dtype()), " with in.numel() / world (", size(), ") elements for in ", in.description(),
+               ", got ", out.description());
+  const std::string what = detail::concat("reduce_scatter(", in.description(), ", ", reduce_op_name(op), ")");
+  const int world = size();
+  const int rank = this->rank();
+  auto context = context_;
+  const auto timeout = timeout_;
+  auto body = [in, out, op, world, rank, context, timeout](uint32_t tag) {
+    dispatch_dtype(in.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const auto* source = static_cast<const T*>(in.data_ptr());
+      std::vector<T> reduced(source, source + in.numel());
+      if (world > 1) gloo_allreduce(context, timeout, tag, reduced.data(), reduced.size(), op, world);
+      const auto part = static_cast<size_t>(out.numel());
+      std::memmove(out.data_ptr(), reduced.data() + static_cast<size_t>(rank) * part, part * sizeof(T));
+    });
+  };
+  if (world == 1 || in.numel() == 0) {
+    body(0);
+    return GlooWork::completed(what);
+  }
+  return enqueue(what, std::move(body));
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root) {
@@ -414,9 +467,13 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather(const Tensor& in, const Tensor
   }
   auto context = context_;
   const auto timeout = timeout_;
-  return enqueue(what, [in, out, context, timeout](uint32_t tag) {
+  // In place (`in` is out[rank]): Gloo copies the input into its row first, so it gets a copy.
+  const bool in_place = in.data_ptr() == static_cast<uint8_t*>(out.data_ptr()) + rank() * in.nbytes();
+  return enqueue(what, [in, out, in_place, context, timeout](uint32_t tag) {
+    std::vector<uint8_t> own;
+    if (in_place) own.assign(static_cast<uint8_t*>(in.data_ptr()), static_cast<uint8_t*>(in.data_ptr()) + in.nbytes());
     gloo::AllgatherOptions opts(context);
-    opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
+    opts.setInput(in_place ? own.data() : static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
     opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
     opts.setTag(tag);
     opts.setTimeout(timeout);

@@ -50,6 +50,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override;
   std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) override;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
   // Blocks until every rank has reached it; throws like Work::wait().
   void barrier() override;
 

@@ -797,15 +797,26 @@ ProcessGroup::IssueStats ProcessGroupNccl::issue_stats() const {
   return stats;
 }
 
+namespace {
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  throw Error("unknown reduce op", ErrorKind::kInternal);
+}
+}  // namespace
+
 std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp op) {
-  check_tensor_arg(tensor, "ProcessGroupNccl::allreduce", op == ReduceOp::kSum);
+  check_tensor_arg(tensor, "ProcessGroupNccl::allreduce", op != ReduceOp::kAvg);
   const ncclDataType_t dtype = nccl_dtype(tensor.dtype());
-  const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : ncclAvg;
+  const ncclRedOp_t reduce = nccl_op(op);
   const size_t count = static_cast<size_t>(tensor.numel());
   void* data = tensor.data_ptr();
-  const std::string what =
-      detail::concat("allreduce(", tensor.description(), ", ", op == ReduceOp::kSum ? "sum" : "avg", ")");
-  if (shared_->host_copy && HostCopyTransport::supports(tensor.dtype())) {
+  const std::string what = detail::concat("allreduce(", tensor.description(), ", ", reduce_op_name(op), ")");
+  // The host copy sums and averages; a minimum (an integer consensus) stays NCCL's.
+  if (shared_->host_copy && op != ReduceOp::kMin && HostCopyTransport::supports(tensor.dtype())) {
     HostCopyTransport* host_copy = shared_->host_copy.get();
     const DType dtype_of = tensor.dtype();
     return launch(what + " via host copy", {tensor}, host_copy_call(what, [=](cudaStream_t stream) {
@@ -813,7 +824,7 @@ std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp
                   }));
   }
   return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
-    return ncclAllReduce(data, data, count, dtype, nccl_op, comm, stream);
+    return ncclAllReduce(data, data, count, dtype, reduce, comm, stream);
   });
 }
 
@@ -846,6 +857,24 @@ std::shared_ptr<Work> ProcessGroupNccl::allgather(const Tensor& in, const Tensor
   const std::string what = detail::concat("allgather(", in.description(), ")");
   return launch(what, {in, out}, [=](ncclComm_t comm, cudaStream_t stream) {
     return ncclAllGather(send, recv, count, dtype, comm, stream);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  const char* name = "ProcessGroupNccl::reduce_scatter";
+  check_tensor_arg(in, name, op != ReduceOp::kAvg);
+  check_tensor_arg(out, name, op != ReduceOp::kAvg);
+  VITDDP_CHECK(out.dtype() == in.dtype() && out.numel() * size() == in.numel(), name, ": out must be ",
+               dtype_name(in.dtype()), " with in.numel() / world (", size(), ") elements for in ", in.description(),
+               ", got ", out.description());
+  const ncclDataType_t dtype = nccl_dtype(in.dtype());
+  const ncclRedOp_t reduce = nccl_op(op);
+  const size_t count = static_cast<size_t>(out.numel());
+  const void* send = in.data_ptr();
+  void* recv = out.data_ptr();
+  const std::string what = detail::concat("reduce_scatter(", in.description(), ", ", reduce_op_name(op), ")");
+  return launch(what, {in, out}, [=](ncclComm_t comm, cudaStream_t stream) {
+    return ncclReduceScatter(send, recv, count, dtype, reduce, comm, stream);
   });
 }
 

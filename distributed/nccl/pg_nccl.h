@@ -92,6 +92,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op) override;
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root) override;
   std::shared_ptr<Work> allgather(const Tensor& in, const Tensor& out) override;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
   // Blocks the host until every rank has reached it (a one-element all-reduce), polling the
   // group's health meanwhile, so it fails within the timeout instead of hanging.
   void barrier() override;

@@ -141,6 +141,70 @@ TEST_P(GlooWorld, AllgatherStacksEveryRanksTensor) {
   });
 }
 
+// In place (out[rank] is `in`, as --shard-update gathers its weights) as well as apart.
+TEST_P(GlooWorld, AllgatherInPlaceKeepsEveryRow) {
+  REQUIRE_GLOO();
+  const int world = GetParam();
+  run_ranks(world, [world](int rank, ProcessGroup& pg) {
+    Tensor out = Tensor::full({world, 4}, -1.0, DType::kF32);
+    Tensor in = out.as_strided({4}, {1}, rank * 4);
+    in.copy_(rank_fill(rank, 4, DType::kF32));
+    pg.allgather(in, out)->wait();
+    std::vector<double> v = out.to_vector();
+    for (int r = 0; r < world; ++r)
+      for (int i = 0; i < 4; ++i)
+        VITDDP_CHILD_CHECK(v[r * 4 + i] == (r + 1.0) * (i + 1.0), "out[", r, "][", i, "] = ", v[r * 4 + i]);
+    return 0;
+  });
+}
+
+// Rank r receives elements [r * n, (r + 1) * n) of the average; in place the rest of `in` keeps
+// this rank's own values, apart `in` is left as it was.
+TEST_P(GlooWorld, ReduceScatterGivesEachRankItsPart) {
+  REQUIRE_GLOO();
+  const int world = GetParam();
+  run_ranks(world, [world](int rank, ProcessGroup& pg) {
+    const double avg = (world + 1) / 2.0;
+    const int64_t n = 1000;
+    Tensor in = rank_fill(rank, n * world, DType::kF32);
+    Tensor out = Tensor::zeros({n}, DType::kF32);
+    pg.reduce_scatter(in, out, ReduceOp::kAvg)->wait();
+    std::vector<double> got = out.to_vector(), kept = in.to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const double index = static_cast<double>(rank * n + i + 1);
+      VITDDP_CHILD_CHECK(std::fabs(got[i] - avg * index) <= 1e-6 * avg * index, "out[", i, "] = ", got[i]);
+    }
+    for (int64_t i = 0; i < n * world; ++i)
+      VITDDP_CHILD_CHECK(kept[i] == (rank + 1.0) * (i + 1.0), "in[", i, "] changed to ", kept[i]);
+
+    Tensor whole = rank_fill(rank, n * world, DType::kF64);
+    Tensor own = whole.as_strided({n}, {1}, rank * n);
+    pg.reduce_scatter(whole, own, ReduceOp::kSum)->wait();
+    std::vector<double> v = whole.to_vector();
+    for (int64_t i = 0; i < n * world; ++i) {
+      const bool mine = i / n == rank;
+      const double expected = (mine ? world * (world + 1) / 2.0 : rank + 1.0) * static_cast<double>(i + 1);
+      VITDDP_CHILD_CHECK(v[i] == expected, "in place [", i, "] = ", v[i], ", expected ", expected);
+    }
+    return 0;
+  });
+}
+
+// The smallest value over the ranks, exactly, for integers beyond a float's precision.
+TEST_P(GlooWorld, AllreduceMinOfInt64) {
+  REQUIRE_GLOO();
+  const int world = GetParam();
+  run_ranks(world, [world](int rank, ProcessGroup& pg) {
+    const int64_t big = (int64_t{1} << 53) + 1;
+    Tensor t = Tensor::from_vector_i64({big + world - rank, rank == 1 ? int64_t{-5} : int64_t{7}}, {2});
+    pg.allreduce(t, ReduceOp::kMin)->wait();
+    const int64_t* v = t.data<int64_t>();
+    VITDDP_CHILD_CHECK(v[0] == big + 1, "min ", v[0]);
+    VITDDP_CHILD_CHECK(v[1] == (world > 1 ? -5 : 7), "min ", v[1]);
+    return 0;
+  });
+}
+
 TEST_P(GlooWorld, BarrierWaitsForEveryRank) {
   REQUIRE_GLOO();
   const int world = GetParam();
@@ -171,6 +235,11 @@ TEST(Gloo, BadArgumentsAreUserErrors) {
                                    {"ProcessGroupGloo::allreduce", "contiguous CPU tensor"}));
   EXPECT_TRUE(testing::throws_with([&] { pg->broadcast(t, 1); }, {"root 1"}));
   EXPECT_TRUE(testing::throws_with([&] { pg->allgather(t, Tensor::zeros({2, 4, 4})); }, {"allgather", "shape"}));
+  EXPECT_TRUE(testing::throws_with([&] { pg->reduce_scatter(t, Tensor::zeros({5}), ReduceOp::kSum); },
+                                   {"reduce_scatter", "in.numel() / world (1)"}));
+  EXPECT_TRUE(testing::throws_with(
+      [&] { pg->reduce_scatter(Tensor::zeros({4}, DType::kI64), Tensor::zeros({4}, DType::kI64), ReduceOp::kAvg); },
+      {"reduce_scatter", "kAvg needs a floating tensor"}));
   EXPECT_TRUE(testing::throws_with([&] { make_gloo_process_group(group_options(3, 2, folder.path())); },
                                    {"rank 3"}));
 }

@@ -73,12 +73,31 @@ void check_collectives(int rank, ProcessGroupNccl& pg) {
   std::vector<double> v = out.to_vector();
   for (int r = 0; r < world; ++r)
     for (int i = 0; i < 6; ++i) EXPECT_EQ(v[r * 6 + i], (r + 1.0) * (i + 1.0)) << r << "," << i;
+  // In place, as --shard-update gathers its weights.
+  Tensor rows = Tensor::full({world, 6}, -1.0, DType::kF32, Device::cuda(pg.device()));
+  rows.as_strided({6}, {1}, rank * 6).copy_(rank_fill(rank, 6, DType::kF32, pg.device()));
+  pg.allgather(rows.as_strided({6}, {1}, rank * 6), rows)->wait();
+  EXPECT_EQ(rows.to_vector(), v);
+  // Reduce-scatter, in place (rank r's part of `whole`): the average of every rank's part r.
+  Tensor whole = rank_fill(rank, 512 * world, DType::kBF16, pg.device());
+  pg.reduce_scatter(whole, whole.as_strided({512}, {1}, rank * 512), ReduceOp::kAvg)->wait();
+  std::vector<double> w = whole.to_vector();
+  for (int64_t i = 0; i < 512 * world; ++i) {
+    const double own = (rank + 1.0) * (i + 1.0), avg = sum / world * (i + 1.0);
+    const double expected = i / 512 == rank ? avg : own;
+    EXPECT_LE(std::fabs(w[i] - expected), 1e-2 * expected) << i;
+  }
+  // The smallest int64 over the ranks (the sharded update's non-finite consensus).
+  Tensor least = Tensor::from_vector_i64({int64_t{1} << 60, 100 - rank}, {2}).to(Device::cuda(pg.device()));
+  pg.allreduce(least, ReduceOp::kMin)->wait();
+  EXPECT_EQ(least.to(Device::cpu()).data<int64_t>()[1], 100 - (world - 1));
+  EXPECT_EQ(least.to(Device::cpu()).data<int64_t>()[0], int64_t{1} << 60);
   pg.barrier();
   pg.check_health();
-  // Six all-reduces, a broadcast, an all-gather and the barrier's all-reduce were issued, each
-  // taking some host time.
+  // Seven all-reduces, a broadcast, two all-gathers, a reduce-scatter and the barrier's
+  // all-reduce were issued, each taking some host time.
   const ProcessGroup::IssueStats after = pg.issue_stats();
-  EXPECT_EQ(after.collectives - before.collectives, 9);
+  EXPECT_EQ(after.collectives - before.collectives, 12);
   EXPECT_GT(after.seconds, before.seconds);
 }
 

@@ -62,6 +62,11 @@ TEST(TrainConfig, ValidationNamesTheSetting) {
   c = TrainConfig();
   c.dataset_size = kMaxDatasetSize + 1;
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--dataset-size must be in [0, 1000000000]"}));
+  c = TrainConfig();
+  c.shard_update = true;
+  c.host_copy_allreduce = true;  // the CLI refuses it without a GPU first (tests/train/shard_update_test.cpp)
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--shard-update reduce-scatters and all-gathers through "
+                                                           "NCCL; --host-copy-allreduce carries all-reduces only"}));
 }
 
 // A hostile config file is one line too: nesting far deeper than a flat config needs is refused

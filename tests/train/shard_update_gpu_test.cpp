@@ -1,0 +1,44 @@
+// `train --gpus 2 --shard-update` over NCCL (Note [Sharded updates]): each rank updates its part
+// of each bucket and the weights are all-gathered, in fp32 and in bf16 (where each rank's f32
+// master weights stay whole only in its own parts until a save gathers them), eagerly and
+// captured in a CUDA graph, giving the plain update's weights bit for bit; a NaN in a replayed
+// step stops the run at that step. Skipped without 2 GPUs.
+#include <gtest/gtest.h>
+
+#include "common/ddp_harness.h"
+#include "common/multiprocess.h"
+#include "common/run_checks.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+// Products chosen by cuBLASLt's heuristic, not by timing: the same in every run.
+const std::string kBase = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 6 "
+                          "--print-every 0 --gemm-autotune=false";
+
+TEST(ShardUpdateGpu, GivesTheWeightsOfThePlainUpdateEagerlyAndInAGraph) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  for (const std::string setting : {std::string("--precision fp32 --bucket-mb 0.05 --momentum 0.9"),
+                                    std::string("--precision bf16 --bucket-mb 0.05 --momentum 0.9"),
+                                    std::string("--precision bf16 --bucket-mb 0.05 --tail-bucket-mb 0.01")}) {
+    SCOPED_TRACE(setting);
+    const testing::FlagRuns runs =
+        testing::expect_flags_keep_the_weights(kBase + " " + setting, "--shard-update", "vitddp_shard_gpu", 3);
+    EXPECT_NE(runs.eager.out.find(", updates in backward sharded over the 2 ranks"), std::string::npos)
+        << runs.eager.out;
+    EXPECT_GE(testing::updates_issued_beside_backward(runs.eager.out), 5) << runs.eager.out;
+  }
+}
+
+TEST(ShardUpdateGpu, ANanInAReplayStopsTheRunAtItsStep) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  testing::TrainOutcome o = testing::run_train(
+      "VITDDP_FAULT=1:4:nan", kBase + " --precision bf16 --bucket-mb 0.05 --shard-update --cuda-graph", true, 300);
+  EXPECT_EQ(o.code, 5) << o.out;
+  EXPECT_NE(o.out.find("cuda graph: step 3 captured"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("step 5 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
+}
+
+}  // namespace
+}  // namespace vitddp

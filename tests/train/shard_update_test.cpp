@@ -1,0 +1,62 @@
+// `train --shard-update` (Note [Sharded updates]) over 2 Gloo ranks: each rank updates its part
+// of each bucket and the weights are all-gathered, so the saved weights are the plain run's bit
+// for bit; a checkpoint holds whole optimizer state (a plain run resumes from it exactly); the
+// start line says so; combinations it cannot honour are refused in one line.
+#include <gtest/gtest.h>
+
+#include "common/multiprocess.h"
+#include "common/run_checks.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+using testing::kTwoTinyGlooRanks;
+
+TEST(ShardUpdate, KeepsTheWeights) {
+  const testing::TrainOutcome sharded = testing::expect_flags_keep_the_bytes(
+      kTwoTinyGlooRanks + " --steps 4 --momentum 0.9 --weight-decay 0.01", "--shard-update", "vitddp_shard");
+  EXPECT_NE(sharded.out.find(", updates in backward sharded over the 2 ranks"), std::string::npos) << sharded.out;
+  // Steps 2 to 4 update their buckets beside backward (the first may rebuild them: after it).
+  EXPECT_GE(testing::updates_issued_beside_backward(sharded.out), 3) << sharded.out;
+}
+
+// Each rank's momentum is current only in its own parts until the checkpoint gathers it: a run
+// without --shard-update resumed from the sharded checkpoint must match a plain run throughout.
+TEST(ShardUpdate, ACheckpointHoldsWholeState) {
+  testing::TempFolder dir("vitddp_shard_ckpt");
+  const std::string args = kTwoTinyGlooRanks + " --momentum 0.9";
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string();
+  const std::string ckpt = (dir / "ckpt").string();
+  const testing::TrainOutcome a = testing::run_train("", args + " --steps 6 --save " + straight);
+  ASSERT_EQ(a.code, 0) << a.out;
+  const testing::TrainOutcome b = testing::run_train(
+      "", args + " --steps 4 --shard-update --checkpoint-dir " + ckpt + " --checkpoint-every 2");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const testing::TrainOutcome c =
+      testing::run_train("", args + " --steps 6 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("resum"), std::string::npos) << c.out;
+  EXPECT_FALSE(testing::file_bytes(straight).empty());
+  EXPECT_EQ(testing::file_bytes(straight), testing::file_bytes(resumed));
+}
+
+TEST(ShardUpdate, WhatItCannotHonourIsRefused) {
+  const std::string base = kTwoTinyGlooRanks + " --steps 1 --shard-update";
+  testing::expect_refused_in_one_line(base + " --hook fp16", "--shard-update reduce-scatters each bucket in place: "
+                                                             "it takes --hook allreduce, not --hook fp16");
+  testing::expect_refused_in_one_line(base + " --nonfinite skip", "--shard-update applies updates before the step's "
+                                                                  "gradients have all been scanned");
+  testing::expect_refused_in_one_line(base + " --update-in-forward", "--shard-update updates each bucket beside "
+                                                                     "backward; --update-in-forward");
+  testing::expect_refused_in_one_line(base + " --grad-as-bucket-view=false",
+                                      "--shard-update updates each bucket's part of the gradient buffer in place: it "
+                                      "needs --grad-as-bucket-view");
+  testing::expect_refused_in_one_line("--model vit_tiny --device cpu --batch-size 4 --steps 1 --shard-update",
+                                      "--shard-update divides DDP's updates among the ranks: it needs data "
+                                      "parallelism");
+}
+
+}  // namespace
+}  // namespace vitddp
