@@ -52,7 +52,9 @@ UpdateInBackward::UpdateInBackward(Reducer& reducer, Optimizer& optimizer, const
   if (device.is_cuda()) {
 #if VITDDP_WITH_CUDA
     streams_ = std::make_unique<Streams>();
-    streams_->update = cuda::Stream::create(device.index);  // the compute stream's priority
+    // Below the compute streams (Note [Stream priorities]): the updates take the SMs backward
+    // leaves idle instead of delaying its kernels.
+    streams_->update = cuda::Stream::create(device.index, cuda::background_priority());
     streams_->done = cuda::Event::create();
 #else
     throw Error("updates in backward on a GPU need a CUDA build");

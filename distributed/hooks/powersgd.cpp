@@ -361,9 +361,8 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     const int device_index = bucket.buffer.device().index;
     side_ = std::make_shared<SideStream>();
     side_->device = device_index;
-    int least = 0, greatest = 0;  // the highest priority, as the communication stream's
-    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    side_->stream = cuda::Stream::create(device_index, greatest);
+    // The communication stream's priority (Note [Stream priorities]).
+    side_->stream = cuda::Stream::create(device_index, cuda::communication_priority());
     side_->fork_point = cuda::Event::create();
     cuda::CudaContext::for_device(device_index).workspace(side_->stream.get());
   }

@@ -179,10 +179,8 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
   for (int q = 0; q < world; ++q) store.get(prefix + "opened/" + std::to_string(q), options.timeout);
   segments_[rank].segment.unlink();
 
-  int least = 0, greatest = 0;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  send_stream_ = cuda::Stream::create(options.device, greatest);
-  recv_stream_ = cuda::Stream::create(options.device, greatest);
+  send_stream_ = cuda::Stream::create(options.device, cuda::communication_priority());
+  recv_stream_ = cuda::Stream::create(options.device, cuda::communication_priority());
   fork_ = cuda::Event::create();
   send_done_ = cuda::Event::create();
   recv_done_ = cuda::Event::create();

@@ -531,9 +531,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
     shared_->host_copy = std::make_unique<HostCopyTransport>(host_copy);
   }
 
-  int least_priority = 0, greatest_priority = 0;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-  comm_stream_ = cuda::Stream::create(device_, greatest_priority);
+  comm_stream_ = cuda::Stream::create(device_, cuda::communication_priority());  // Note [Stream priorities]
   ready_ = cuda::Event::create();
   barrier_buffer_ = Tensor::zeros({1}, DType::kF32, Device::cuda(device_));
   // Nothing legitimate holds the watchdog longer than a caller's bounded wait for NCCL (the

@@ -71,6 +71,8 @@ CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
   CUDA_CHECK(cudaGraphGetNodes(g.graph_, nullptr, &g.nodes_));
   std::vector<cudaGraphNode_t> nodes(g.nodes_);
   CUDA_CHECK(cudaGraphGetNodes(g.graph_, nodes.data(), &g.nodes_));
+  int launch_priority = 0;  // the captured stream's, which replays are launched into
+  CUDA_CHECK(cudaStreamGetPriority(stream, &launch_priority));
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
     // The runtime has no type for some driver nodes (the stream memory operations of the
@@ -82,7 +84,7 @@ CapturedGraph CapturedGraph::capture(const std::function<void()>& enqueue) {
     if (type != cudaGraphNodeTypeKernel) continue;
     cudaKernelNodeAttrValue value{};
     CUDA_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaKernelNodeAttributePriority, &value));
-    if (value.priority != 0) ++g.prioritized_kernels_;
+    if (value.priority < launch_priority) ++g.prioritized_kernels_;  // lower numbers are higher
   }
   // Each kernel keeps its stream's priority (NCCL's on the high-priority comm stream): by default
   // a graph runs all of its nodes at the priority of the stream it is launched into.

@@ -31,8 +31,8 @@ class CapturedGraph {
   // Runs the graph once on `stream`, after the work already there.
   void launch(cudaStream_t stream) const;
   size_t node_count() const { return nodes_; }
-  // Kernel nodes at a priority other than the default (those captured from a high-priority
-  // stream, as NCCL's comm stream): the graph runs each at its own.
+  // Kernel nodes at a priority above the captured stream's (those captured from NCCL's comm
+  // stream: Note [Stream priorities]): the graph runs each kernel at its own.
   size_t prioritized_kernel_count() const { return prioritized_kernels_; }
 
  private:

@@ -55,7 +55,8 @@ BesideStream& beside_stream(int device) {
   thread_local auto* by_device = new std::unordered_map<int, BesideStream>();
   auto it = by_device->find(device);
   if (it == by_device->end()) {
-    it = by_device->emplace(device, BesideStream{Stream::create(device), Event::create(), Event::create()}).first;
+    it = by_device->emplace(device, BesideStream{Stream::create(device, compute_priority()), Event::create(),
+                                                 Event::create()}).first;
     CudaContext::for_device(device).workspace(it->second.stream.get());  // its cuBLASLt workspace now, not mid-product
   }
   return it->second;

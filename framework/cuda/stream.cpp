@@ -68,6 +68,27 @@ float Event::elapsed_ms_since(const Event& start) const {
 }
 
 namespace {
+struct PriorityRange {
+  int least = 0, greatest = 0;
+};
+const PriorityRange& priority_range() {
+  static const PriorityRange range = [] {
+    PriorityRange r;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&r.least, &r.greatest));
+    return r;
+  }();
+  return range;
+}
+}  // namespace
+
+int communication_priority() { return priority_range().greatest; }
+int compute_priority() {
+  const PriorityRange& r = priority_range();
+  return r.greatest < r.least ? r.least - 1 : r.least;  // lower numbers are higher priorities
+}
+int background_priority() { return priority_range().least; }
+
+namespace {
 constexpr int kMaxDevices = 64;
 thread_local std::array<cudaStream_t, kMaxDevices> t_current{};
 thread_local std::array<bool, kMaxDevices> t_has_current{};
@@ -75,7 +96,7 @@ thread_local std::array<bool, kMaxDevices> t_has_current{};
 cudaStream_t default_stream(int device) {
   static std::array<Stream, kMaxDevices> streams;
   static std::array<std::once_flag, kMaxDevices> once;
-  std::call_once(once[device], [&] { streams[device] = Stream::create(device); });
+  std::call_once(once[device], [&] { streams[device] = Stream::create(device, compute_priority()); });
   return streams[device].get();
 }
 }  // namespace

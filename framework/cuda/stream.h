@@ -48,8 +48,21 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// Note [Stream priorities]
+// Three classes, from the device's range (cudaDeviceGetStreamPriorityRange): communication
+// (NCCL's and the host copy's streams) at the greatest, so that a collective's blocks get SMs
+// as soon as any free up; compute (the per-device default stream, the weight gradients' side
+// stream) one above the least; background at the least, for work that should only fill the SMs
+// compute leaves idle (the optimizer updates UpdateInBackward runs beside backward). The block
+// scheduler starts pending blocks of a higher-priority stream first. A CUDA graph keeps each
+// kernel's captured priority (framework/cuda/graph.cpp). Where the range has one level, all three
+// are the same.
+int communication_priority();
+int compute_priority();
+int background_priority();
+
 // The calling thread's current stream for the current device (a per-device non-blocking
-// stream unless a StreamGuard says otherwise).
+// stream at compute_priority() unless a StreamGuard says otherwise).
 cudaStream_t current_stream();
 
 class StreamGuard {
