@@ -1,7 +1,8 @@
 // `train --shard-update` (Note [Sharded updates]) over 2 Gloo ranks: each rank updates its part
 // of each bucket and the weights are all-gathered, so the saved weights are the plain run's bit
-// for bit; a checkpoint holds whole optimizer state (a plain run resumes from it exactly); the
-// start line says so; combinations it cannot honour are refused in one line.
+// for bit; a checkpoint holds whole optimizer state (a plain run resumes from it exactly); a NaN
+// stops the run at its step; the start line says so; combinations it cannot honour are refused
+// in one line.
 #include <gtest/gtest.h>
 
 #include "common/multiprocess.h"
@@ -40,6 +41,20 @@ TEST(ShardUpdate, ACheckpointHoldsWholeState) {
   EXPECT_NE(c.out.find("resum"), std::string::npos) << c.out;
   EXPECT_FALSE(testing::file_bytes(straight).empty());
   EXPECT_EQ(testing::file_bytes(straight), testing::file_bytes(resumed));
+}
+
+// A NaN on one rank reaches every rank's parts through the reduce-scatter, and each rank's
+// report through the minimum: the run stops at that step, in the step that may rebuild the
+// buckets (all-reduced) and in sharded ones.
+TEST(ShardUpdate, ANanStopsTheRunAtItsStep) {
+  for (const auto& [fault, step] : {std::pair<std::string, std::string>{"1:0:nan", "1"}, {"0:2:nan", "3"},
+                                    {"1:3:nan", "4"}}) {
+    const testing::TrainOutcome o =
+        testing::run_train("VITDDP_FAULT=" + fault, kTwoTinyGlooRanks + " --steps 4 --shard-update");
+    EXPECT_EQ(o.code, 5) << fault << ": " << o.out;
+    EXPECT_NE(o.out.find("step " + step + " (rank 0): non-finite gradient in "), std::string::npos)
+        << fault << ": " << o.out;
+  }
 }
 
 TEST(ShardUpdate, WhatItCannotHonourIsRefused) {
