@@ -40,7 +40,12 @@ ShardedUpdate::ShardedUpdate(Reducer& reducer, ProcessGroup& group, Optimizer& o
         VITDDP_CHECK(hook, "ShardedUpdate: the reducer's hook is ", reducer.hook().name(),
                      ", not the reduce-scatter hook (--shard-update needs --hook allreduce)");
         return *hook;
-      }()) {}
+      }()) {
+  // Checked here, not at the first checkpoint: gather_state() gathers each state tensor by parts.
+  for (auto& [name, t] : optimizer_.state())
+    VITDDP_ASSERT(t.numel() == arena_.numel(), "optimizer state ", name, " is ", t.description(),
+                  ", not one value per arena element");
+}
 
 std::pair<int64_t, int64_t> ShardedUpdate::range_of(size_t bucket) const {
   VITDDP_CHECK(reducer_.buckets()[bucket].is_view, "ShardedUpdate: bucket ", bucket,
@@ -50,6 +55,10 @@ std::pair<int64_t, int64_t> ShardedUpdate::range_of(size_t bucket) const {
 
 void ShardedUpdate::begin_step(bool scatter) {
   VITDDP_ASSERT(gathers_.empty(), "begin_step() before the last step's finish_step()");
+  // Before any collective of the step, on every rank alike (the ranks share their buckets):
+  // buckets rebuilt or restored as copies cannot be updated in place.
+  if (scatter)
+    for (size_t b = 0; b < reducer_.buckets().size(); ++b) range_of(b);
   hook_.set_scatter(scatter);
 }
 
@@ -84,12 +93,10 @@ void ShardedUpdate::finish_step() {
 
 void ShardedUpdate::gather_state() {
   VITDDP_ASSERT(gathers_.empty(), "gather_state() inside a step");
-  std::vector<Tensor> flats{arena_.flat_master()};
-  for (auto& [name, t] : optimizer_.state()) {
-    VITDDP_ASSERT(t.numel() == arena_.numel(), "optimizer state ", name, " is ", t.description(),
-                  ", not one value per arena element");
-    flats.push_back(t);
-  }
+  // In f32 the master weights are the weights the forward reads, gathered every step.
+  std::vector<Tensor> flats;
+  if (arena_.mixed_precision()) flats.push_back(arena_.flat_master());
+  for (auto& [name, t] : optimizer_.state()) flats.push_back(t);
   std::vector<std::shared_ptr<Work>> works;
   for (size_t b = 0; b < reducer_.buckets().size(); ++b)
     for (const Tensor& flat : flats)

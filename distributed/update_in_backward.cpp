@@ -37,8 +37,11 @@ namespace vitddp {
 // the compute stream), while the update stream may still read it.
 // Under --cuda-graph the updates are captured with the step: the learning rate and SGD's
 // constants must not change from step to step (AdamW's bias corrections do: no graph).
-// Measured on 2 H200s (docs/performance.md) it does not pay over NVLink in bf16 (likely, not
-// traced: the updates slow backward's products about as much as they save): off by default.
+// The update stream runs at the least priority, below the compute streams (Note [Stream
+// priorities] in framework/cuda/stream.h): an update's blocks take only SMs no backward block
+// waits for. Measured on 2 H200s (docs/performance.md) it does not pay over NVLink in bf16, at
+// either priority (likely, not traced: the updates cost backward memory bandwidth about as much
+// as they save): off by default. Sharded (--shard-update) it does.
 struct UpdateInBackward::Streams {
 #if VITDDP_WITH_CUDA
   cuda::Stream update;
@@ -78,7 +81,7 @@ void UpdateInBackward::launched(size_t bucket) {
   if (!stepping_ || !in_backward_) return;
   if (lagging_) {
     apply(*lagging_);
-    ++issued_in_backward_;
+    ++(finishing_ ? issued_after_backward_ : issued_in_backward_);
   }
   lagging_ = bucket;
 }
@@ -105,14 +108,22 @@ void UpdateInBackward::replayed() {
 
 void UpdateInBackward::after_backward() {
   VITDDP_CHECK(stepping_, "UpdateInBackward: after_backward() without begin_step()");
-  stepping_ = false;
   if (!in_backward_) {  // this step may rebuild the buckets: the plain order
+    stepping_ = false;
     reducer_.finalize();
     optimizer_.update(0, optimizer_.size());
     issued_after_backward_ += reducer_.buckets().size();
     return;
   }
-  reducer_.finalize_deferred();  // launches the buckets of unused parameters, if any
+  // Launches the buckets of unused parameters, if any: launched() still updates each one.
+  finishing_ = true;
+  try {
+    reducer_.finalize_deferred();
+  } catch (...) {
+    finishing_ = stepping_ = false;
+    throw;
+  }
+  finishing_ = stepping_ = false;
   if (lagging_) {
     apply(*lagging_);
     ++issued_after_backward_;

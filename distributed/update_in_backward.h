@@ -58,6 +58,7 @@ class UpdateInBackward {
   ShardedUpdate* sharded_;
   std::unique_ptr<Streams> streams_;
   bool stepping_ = false;          // between begin_step() and after_backward()
+  bool finishing_ = false;         // inside after_backward(): launches of unused parameters' buckets
   bool in_backward_ = false;
   std::optional<size_t> lagging_;  // the last bucket launched, its update not enqueued yet
   size_t issued_in_backward_ = 0;

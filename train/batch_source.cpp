@@ -44,7 +44,7 @@ class PinnedCopySource final : public BatchSource {
   PinnedCopySource(const Dataset& dataset, const DistributedSampler& sampler, const BatchSourceOptions& o)
       : device_(o.device),
         loader_(dataset, sampler, pinned_loader_options(o)),
-        copy_stream_(cuda::Stream::create(o.device.index)) {}
+        copy_stream_(cuda::Stream::create(o.device.index, cuda::compute_priority())) {}
 
   Batch next() override {
     if (!pending_) pending_ = issue(loader_.next());

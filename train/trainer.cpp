@@ -261,7 +261,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << (config.update_in_forward ? ", updates in the next forward" : "")
         << (config.update_in_backward && !config.shard_update ? ", updates in backward" : "")
         << (config.shard_update ? detail::concat(", updates in backward sharded over the ", world,
-                                                 " ranks (each its part of a bucket, the weights all-gathered)")
+                                                 world == 1 ? " rank" : " ranks",
+                                                 " (each its part of a bucket, the weights all-gathered)")
                                 : std::string())
         << (grad_allocator ? ", gradients registered with NCCL" : "");
     const size_t buckets = ddp.reducer->buckets().size(), in_ready_order = ddp.reducer->ready_order_launches();

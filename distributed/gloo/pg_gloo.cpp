@@ -420,7 +420,8 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& in, const T
       using T = decltype(zero);
       const auto* source = static_cast<const T*>(in.data_ptr());
       std::vector<T> reduced(source, source + in.numel());
-      if (world > 1) gloo_allreduce(context, timeout, tag, reduced.data(), reduced.size(), op, world);
+      if (world > 1 && !reduced.empty())
+        gloo_allreduce(context, timeout, tag, reduced.data(), reduced.size(), op, world);
       const auto part = static_cast<size_t>(out.numel());
       std::memmove(out.data_ptr(), reduced.data() + static_cast<size_t>(rank) * part, part * sizeof(T));
     });

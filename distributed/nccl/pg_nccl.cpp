@@ -865,6 +865,12 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const Tensor& in, const T
   VITDDP_CHECK(out.dtype() == in.dtype() && out.numel() * size() == in.numel(), name, ": out must be ",
                dtype_name(in.dtype()), " with in.numel() / world (", size(), ") elements for in ", in.description(),
                ", got ", out.description());
+  // NCCL's in place is exactly this rank's part of `in`; any other overlap is undefined there.
+  const auto* in_begin = static_cast<const char*>(in.data_ptr());
+  const auto* out_begin = static_cast<const char*>(out.data_ptr());
+  const bool in_place = out_begin == in_begin + rank() * out.nbytes();
+  const bool apart = out_begin + out.nbytes() <= in_begin || in_begin + in.nbytes() <= out_begin;
+  VITDDP_CHECK(in_place || apart, name, ": out must be this rank's part of in (in place) or lie apart from it");
   const ncclDataType_t dtype = nccl_dtype(in.dtype());
   const ncclRedOp_t reduce = nccl_op(op);
   const size_t count = static_cast<size_t>(out.numel());

@@ -84,7 +84,9 @@ const PriorityRange& priority_range() {
 int communication_priority() { return priority_range().greatest; }
 int compute_priority() {
   const PriorityRange& r = priority_range();
-  return r.greatest < r.least ? r.least - 1 : r.least;  // lower numbers are higher priorities
+  // Lower numbers are higher priorities. With two levels, compute shares the least with the
+  // background, so that communication stays above it.
+  return r.least - 1 > r.greatest ? r.least - 1 : r.least;
 }
 int background_priority() { return priority_range().least; }
 

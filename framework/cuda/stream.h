@@ -10,8 +10,9 @@ namespace vitddp::cuda {
 class Stream {
  public:
   Stream() = default;
-  // A non-blocking stream on `device` (lower numbers = higher priority).
-  static Stream create(int device, int priority = 0);
+  // A non-blocking stream on `device` at `priority` (lower numbers = higher priority; see Note
+  // [Stream priorities] for the classes).
+  static Stream create(int device, int priority);
   ~Stream();
   Stream(Stream&& o) noexcept : stream_(o.stream_) { o.stream_ = nullptr; }
   Stream& operator=(Stream&& o) noexcept;
@@ -55,8 +56,8 @@ class Event {
 // stream) one above the least; background at the least, for work that should only fill the SMs
 // compute leaves idle (the optimizer updates UpdateInBackward runs beside backward). The block
 // scheduler starts pending blocks of a higher-priority stream first. A CUDA graph keeps each
-// kernel's captured priority (framework/cuda/graph.cpp). Where the range has one level, all three
-// are the same.
+// kernel's captured priority (framework/cuda/graph.cpp). Where the range has two levels, compute
+// and background share the lower; with one, all three are the same.
 int communication_priority();
 int compute_priority();
 int background_priority();

@@ -1,6 +1,7 @@
 // Note [Updates in backward]: UpdateInBackward updates each bucket once the next one launches,
 // during backward, leaves only the last for after_backward(), updates the step that may rebuild
-// the buckets after backward, and gives the weights of finalize() + step() bit for bit.
+// the buckets after backward, updates the buckets of unused parameters too, and gives the
+// weights of finalize() + step() bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "distributed/reducer.h"
 #include "distributed/update_in_backward.h"
 #include "framework/nn/param_arena.h"
+#include "framework/ops/linear.h"
 #include "framework/optim/optimizer.h"
 
 namespace vitddp {
@@ -43,6 +45,38 @@ TEST(UpdateInBackward, GivesTheWeightsOfFinalizeAndStep) {
       EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
     }
   }
+}
+
+// A backward that reaches only the head under find_unused_parameters: the other parameters'
+// buckets launch in after_backward() (finalize_deferred), and each is still updated and waited
+// for, as finalize() + step() does (zero gradients: weight decay and momentum still move them).
+TEST(UpdateInBackward, UpdatesTheBucketsOfUnusedParameters) {
+  ReducerOptions options = testing::small_bucket_options();
+  options.find_unused_parameters = true;
+  testing::TinyDdpWithOptimizer plain(options, "sgd"), updated(options, "sgd");
+  UpdateInBackward update(*updated.reducer, *updated.optimizer, Device::cpu());
+  Generator gen(3);
+  const Tensor x = testing::random_tensor({2, 64}, gen, DType::kF32);
+  auto head_loss = [&](testing::TinyDdpWithOptimizer& s) {
+    const NamedTensors& p = s.params;
+    return cross_entropy(linear(x, p[p.size() - 2].second, p.back().second), Tensor::from_vector_i64({0, 1}, {2}));
+  };
+  for (int step = 0; step < 2; ++step) {
+    plain.arena.zero_grad();
+    plain.reducer->prepare_for_backward();
+    head_loss(plain).backward();
+    plain.reducer->finalize();
+    plain.optimizer->step();
+
+    updated.arena.zero_grad();
+    update.begin_step();
+    updated.reducer->prepare_for_backward();  // throws if a bucket of the last step was never waited for
+    head_loss(updated).backward();
+    update.after_backward();
+  }
+  EXPECT_GE(update.issued_after_backward(), 2u);
+  const Tensor a = plain.arena.flat_master(), b = updated.arena.flat_master();
+  EXPECT_EQ(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()), 0);
 }
 
 // Watches the weights at each launch: bucket k's are updated by the time bucket k + 2 launches

@@ -20,7 +20,7 @@ TEST(CudaStreams, ForkedScopeRunsAfterEarlierWorkAndRestoresTheStream) {
   VITDDP_REQUIRE_GPU();
 #if VITDDP_WITH_CUDA
   const cudaStream_t before = cuda::current_stream();
-  cuda::Stream side = cuda::Stream::create(cuda::current_device());
+  cuda::Stream side = cuda::Stream::create(cuda::current_device(), cuda::compute_priority());
   cuda::Event fork_point = cuda::Event::create();
   Tensor x = Tensor::empty({1 << 24}, DType::kF32, Device::cuda(0));
   Tensor y = Tensor::empty({1 << 24}, DType::kF32, Device::cuda(0));
@@ -44,8 +44,8 @@ TEST(CudaStreams, EachStreamHasItsOwnCublasWorkspace) {
   VITDDP_REQUIRE_GPU();
 #if VITDDP_WITH_CUDA
   cuda::CudaContext& ctx = cuda::CudaContext::for_device(cuda::current_device());
-  cuda::Stream a = cuda::Stream::create(cuda::current_device());
-  cuda::Stream b = cuda::Stream::create(cuda::current_device());
+  cuda::Stream a = cuda::Stream::create(cuda::current_device(), cuda::compute_priority());
+  cuda::Stream b = cuda::Stream::create(cuda::current_device(), cuda::compute_priority());
   void* wa = ctx.workspace(a.get());
   EXPECT_NE(wa, nullptr);
   EXPECT_NE(wa, ctx.workspace(b.get()));
@@ -64,7 +64,7 @@ TEST(CudaStreams, ProductsOnTwoStreamsAtOnceMatchTheCpu) {
   Tensor c = testing::random_tensor({48, 8192}, gen, DType::kF32);
   const Tensor want_b = linear(a, b, Tensor()), want_c = linear(a, c, Tensor());
   const Tensor ga = a.to(Device::cuda(0)), gb = b.to(Device::cuda(0)), gc = c.to(Device::cuda(0));
-  cuda::Stream side = cuda::Stream::create(cuda::current_device());
+  cuda::Stream side = cuda::Stream::create(cuda::current_device(), cuda::compute_priority());
   cuda::Event fork_point = cuda::Event::create();
   for (int round = 0; round < 4; ++round) {
     Tensor on_compute = linear(ga, gb, Tensor());

@@ -125,8 +125,8 @@ TEST(LowRankGpu, OrthogonalizeMatchesTheCpuWithoutWaitingForTheStream) {
   cuda::orthogonalize_columns(host.to(gpu), batch);
 
   // Hold the stream up for 300 ms behind a host function on another stream.
-  cuda::Stream blocker = cuda::Stream::create(0);
-  cuda::Stream held = cuda::Stream::create(0);
+  cuda::Stream blocker = cuda::Stream::create(0, cuda::compute_priority());
+  cuda::Stream held = cuda::Stream::create(0, cuda::compute_priority());
   CUDA_CHECK(cudaLaunchHostFunc(
       blocker.get(), [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
   cuda::Event released = cuda::Event::create();

@@ -1,8 +1,8 @@
 // `train --gpus 2 --shard-update` over NCCL (Note [Sharded updates]): each rank updates its part
 // of each bucket and the weights are all-gathered, in fp32 and in bf16 (where each rank's f32
 // master weights stay whole only in its own parts until a save gathers them), eagerly and
-// captured in a CUDA graph, giving the plain update's weights bit for bit; a NaN in a replayed
-// step stops the run at that step. Skipped without 2 GPUs.
+// captured in a CUDA graph, giving the plain update's weights bit for bit; checkpoints resume
+// exactly in bf16; a NaN in a replayed step stops the run at that step. Skipped without 2 GPUs.
 #include <gtest/gtest.h>
 
 #include "common/ddp_harness.h"
@@ -29,6 +29,17 @@ TEST(ShardUpdateGpu, GivesTheWeightsOfThePlainUpdateEagerlyAndInAGraph) {
         << runs.eager.out;
     EXPECT_GE(testing::updates_issued_beside_backward(runs.eager.out), 5) << runs.eager.out;
   }
+}
+
+// In bf16 each rank's f32 master weights are current only in its own parts between saves: a
+// checkpoint must hold them whole, or the resumed run's bf16 weights (copied from the master)
+// would differ from the straight run's.
+TEST(ShardUpdateGpu, CheckpointsResumeExactlyInBf16) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  testing::expect_checkpoints_resume_exactly(
+      "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --print-every 0 "
+      "--gemm-autotune=false --precision bf16 --bucket-mb 0.05 --momentum 0.9 --shard-update",
+      "vitddp_shard_resume_gpu", /*use_gpus=*/true);
 }
 
 TEST(ShardUpdateGpu, ANanInAReplayStopsTheRunAtItsStep) {
