@@ -463,7 +463,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather(const Tensor& in, const Tensor
   const std::string what = detail::concat("allgather(", in.description(), ")");
   if (in.numel() == 0) return GlooWork::completed(what);
   if (size() == 1) {
-    std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
+    if (out.data_ptr() != in.data_ptr()) std::memmove(out.data_ptr(), in.data_ptr(), in.nbytes());  // in place: done
     return GlooWork::completed(what);
   }
   auto context = context_;

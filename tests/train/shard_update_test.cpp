@@ -22,6 +22,15 @@ TEST(ShardUpdate, KeepsTheWeights) {
   EXPECT_GE(testing::updates_issued_beside_backward(sharded.out), 3) << sharded.out;
 }
 
+// A DDP group of one process: its one part is the whole bucket, gathered in place.
+TEST(ShardUpdate, OneRankKeepsTheWeights) {
+  const testing::TrainOutcome one = testing::expect_flags_keep_the_bytes(
+      "--ddp --device cpu --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 --bucket-mb 0.05 "
+      "--print-every 0 --steps 3 --momentum 0.9",
+      "--shard-update", "vitddp_shard_one");
+  EXPECT_NE(one.out.find(", updates in backward sharded over the 1 rank ("), std::string::npos) << one.out;
+}
+
 // Each rank's momentum is current only in its own parts until the checkpoint gathers it: a run
 // without --shard-update resumed from the sharded checkpoint must match a plain run throughout.
 TEST(ShardUpdate, ACheckpointHoldsWholeState) {
