@@ -72,11 +72,9 @@ std::shared_ptr<Work> ShardedUpdate::gather(const Tensor& flat, size_t bucket) {
 }
 
 void ShardedUpdate::update(size_t bucket) {
+  // UpdateInBackward updates buckets in backward only in scattered steps (begin_step(true)).
+  VITDDP_ASSERT(hook_.scatters(), "update() of bucket ", bucket, " in a step that all-reduces");
   const auto [begin, end] = range_of(bucket);
-  if (!hook_.scatters()) {  // all-reduced: every weight, as the plain update
-    optimizer_.update(begin, end);
-    return;
-  }
   const BucketShard shard = bucket_shard(end - begin, group_.size());
   const int64_t own = begin + shard.own_begin(group_.rank());
   if (shard.part > 0) optimizer_.update(own, own + shard.part);
@@ -86,7 +84,8 @@ void ShardedUpdate::update(size_t bucket) {
 }
 
 void ShardedUpdate::finish_step() {
-  if (hook_.scatters() && report_.defined()) group_.allreduce(report_, ReduceOp::kMin)->wait();
+  VITDDP_ASSERT(hook_.scatters(), "finish_step() of a step that all-reduces");
+  if (report_.defined()) group_.allreduce(report_, ReduceOp::kMin)->wait();
   for (auto& work : gathers_) work->wait();
   gathers_.clear();
 }
