@@ -14,6 +14,13 @@ inline const std::string kTwoTinyGlooRanks =
     "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 --bucket-mb 0.05 "
     "--print-every 0";
 
+// Two GPUs over NCCL training vit_tiny on batches made on the GPU, its products chosen by
+// cuBLASLt's heuristic, not by timing (the same in every run): the GPU comparisons. No --steps
+// (expect_checkpoints_resume_exactly sets its own).
+inline const std::string kTwoTinyGpuRanks =
+    "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --print-every 0 "
+    "--gemm-autotune=false";
+
 // The whole file (empty when it cannot be read).
 std::string file_bytes(const std::string& path);
 // " loss A -> B" of the run's summary line, or "none".

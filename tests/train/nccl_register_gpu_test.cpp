@@ -9,9 +9,7 @@
 namespace vitddp {
 namespace {
 
-// Products chosen by cuBLASLt's heuristic, not by timing: the same in every run.
-const std::string kBase = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 6 "
-                          "--print-every 0 --gemm-autotune=false --momentum 0.9";
+const std::string kBase = testing::kTwoTinyGpuRanks + " --steps 6 --momentum 0.9";
 
 TEST(NcclRegisterGpu, RegisteredGradientsGiveTheSameWeights) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";

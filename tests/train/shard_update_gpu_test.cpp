@@ -13,9 +13,7 @@
 namespace vitddp {
 namespace {
 
-// Products chosen by cuBLASLt's heuristic, not by timing: the same in every run.
-const std::string kBase = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 6 "
-                          "--print-every 0 --gemm-autotune=false";
+const std::string kBase = testing::kTwoTinyGpuRanks + " --steps 6";
 
 TEST(ShardUpdateGpu, GivesTheWeightsOfThePlainUpdateEagerlyAndInAGraph) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
@@ -37,8 +35,7 @@ TEST(ShardUpdateGpu, GivesTheWeightsOfThePlainUpdateEagerlyAndInAGraph) {
 TEST(ShardUpdateGpu, CheckpointsResumeExactlyInBf16) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
   testing::expect_checkpoints_resume_exactly(
-      "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --print-every 0 "
-      "--gemm-autotune=false --precision bf16 --bucket-mb 0.05 --momentum 0.9 --shard-update",
+      testing::kTwoTinyGpuRanks + " --precision bf16 --bucket-mb 0.05 --momentum 0.9 --shard-update",
       "vitddp_shard_resume_gpu", /*use_gpus=*/true);
 }
 
