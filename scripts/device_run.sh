@@ -157,6 +157,10 @@ for sweep in ${REFERENCE_SWEEPS:-} ${SWEEP:-}; do
   VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" "${ref[@]}" \
     > "$OUT/$name.log" 2>&1; echo "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done
+# PSGD_ERROR_LOSS=1: the loss curves of PowerSGD's f32 and bf16 error feedback (2 GPUs, 100 steps).
+if [ "${PSGD_ERROR_LOSS:-0}" = 1 ]; then
+  OUT="$OUT" bash scripts/powersgd_error_loss_check.sh build-gpu 100
+fi
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu 100
 fi

@@ -842,8 +842,12 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
       auto it = listed.find(index);
       ok = ok && it != listed.end() && ((part == "error" && it->second.error) || (part == "q" && it->second.q));
       if (!ok) fail(tensors_path, "unexpected tensor " + quote(name) + " (not in the record's PowerSGD buckets)");
-      if (t.dtype() != DType::kF32 || t.dim() != 1)
-        fail(tensors_path, "PowerSGD tensor " + quote(name) + " is " + describe(t) + ", expected 1-D F32");
+      // The error may be 16-bit (--powersgd-error-dtype bucket); Q is always f32.
+      const bool dtype_ok = t.dtype() == DType::kF32 ||
+                            (part == "error" && (t.dtype() == DType::kBF16 || t.dtype() == DType::kF16));
+      if (!dtype_ok || t.dim() != 1)
+        fail(tensors_path, "PowerSGD tensor " + quote(name) + " is " + describe(t) + ", expected 1-D F32" +
+                               (part == "error" ? " (or BF16/F16 for an error)" : ""));
       PowerSgdState::Bucket& b = state.powersgd->buckets[index];
       (part == "error" ? b.error : b.q) = std::move(t);
     } else {

@@ -41,6 +41,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"hook", &c.hook, "gradient communication: allreduce, fp16, bf16 or powersgd"},
       {"powersgd-rank", &c.powersgd_rank, "PowerSGD matrix approximation rank"},
       {"powersgd-start-iter", &c.powersgd_start_iter, "steps of plain all-reduce before PowerSGD compresses"},
+      {"powersgd-error-dtype", &c.powersgd_error_dtype,
+       "PowerSGD's error feedback (and the matrix it compresses) in f32, or in the bucket's dtype as PyTorch's "
+       "hook keeps it (bucket: with bf16 training, half the bytes through the hook's passes)"},
       {"grad-as-bucket-view", &c.grad_as_bucket_view,
        "gradients are views into the buckets, no copies (default on; --grad-as-bucket-view=false copies)"},
       {"static-graph", &c.static_graph,
@@ -300,6 +303,8 @@ void TrainConfig::validate() const {
                "' (allreduce, fp16, bf16, powersgd)");
   VITDDP_CHECK(powersgd_rank >= 1, "--powersgd-rank must be >= 1, got ", powersgd_rank);
   VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
+  VITDDP_CHECK(powersgd_error_dtype == "f32" || powersgd_error_dtype == "bucket",
+               "--powersgd-error-dtype must be f32 or bucket, got '", powersgd_error_dtype, "'");
   VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
   check_timeout_flag(timeout);
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");

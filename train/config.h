@@ -49,6 +49,7 @@ struct TrainConfig {
   std::string hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 2;  // steps of plain all-reduce before compressing
+  std::string powersgd_error_dtype = "f32";  // f32 | bucket (the gradients' dtype)
   bool grad_as_bucket_view = true;
   bool static_graph = false;
   bool find_unused_parameters = false;

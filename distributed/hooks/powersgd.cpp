@@ -277,6 +277,19 @@ struct PowerSgdHook::SideStream {
 #endif
 };
 
+// Note [A 16-bit error]
+// PowerSGD's passes over a bucket (the compensation M = gradient + error, P = M Q, Q = M^T P,
+// and the expansion that writes P Q^T into the bucket and M - P Q^T into the error) read and
+// write every element, and with one bucket of ViT-L's 306 M gradients they run after backward:
+// in f32 about 8.4 GB a step (docs/performance.md). PyTorch's hook keeps the error in the
+// bucket's dtype; --powersgd-error-dtype bucket does the same (error and M in bf16 for bf16
+// training: about 4.8 GB), while P and Q stay f32 here: the products read the 16-bit M with
+// 16-bit copies of the small factors and write f32 (cuBLASLt's bf16 x bf16 -> f32), and the
+// all-reduces, the orthogonalisation and the expansion's P Q^T are f32 as before. What the
+// error then loses is its rounding to 16 bits each step (relative 2^-8 in bf16); the non-finite
+// flag looks at the error as stored, where 16 bits overflow sooner than f32. A checkpoint's
+// error is converted to the run's setting when the run differs from the one that wrote it.
+
 namespace {
 
 // Finishes a bucket once its Q all-reduce is done (P's, with the uncompressed tensors, came
@@ -287,9 +300,9 @@ class PowerSgdWork final : public Work {
     std::shared_ptr<Work> q_work, flat_work;  // flat_work: only when the bucket has no matrix
     Plan plan;
     GradBucket bucket;
-    Tensor work;          // M: the f32 matrices compressed (`compensated`, the bucket itself, or an f32
-                          // copy), held until the products that read it are done
-    Tensor compensated;   // f32(bucket) + error, then the new error; undefined without error feedback
+    Tensor work;          // M: the matrices compressed (`compensated`, the bucket itself, or a copy in M's
+                          // dtype), held until the products that read it are done
+    Tensor compensated;   // bucket + error, then the new error; undefined without error feedback
     Tensor p, q;
     Tensor flat;  // the uncompressed tensors' average: P's tail, or a buffer of its own
     PowerSgdState::Bucket* state = nullptr;
@@ -388,15 +401,17 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   ++staged_->open;
   if (last) staged_->last_launched = true;
   parts.staged = staged_;
-  if (options_.error_feedback) {  // M = f32(gradient) + error, in one pass
-    if (!st.error.defined()) st.error = Tensor::zeros(bucket.buffer.shape(), DType::kF32, device);
+  // See Note [A 16-bit error].
+  const DType m_dtype = options_.error_in_bucket_dtype ? bucket.buffer.dtype() : DType::kF32;
+  if (options_.error_feedback) {  // M = gradient + error, in one pass
+    if (!st.error.defined()) st.error = Tensor::zeros(bucket.buffer.shape(), m_dtype, device);
+    if (st.error.dtype() != m_dtype) st.error = st.error.to(m_dtype);  // resumed with the other setting
     // Staged: into scratch; else in place, the error buffer becoming M and then the new error.
-    parts.compensated =
-        options_.stage_state ? Tensor::empty(bucket.buffer.shape(), DType::kF32, device) : st.error;
+    parts.compensated = options_.stage_state ? Tensor::empty(bucket.buffer.shape(), m_dtype, device) : st.error;
     add_widened(bucket.buffer, st.error, parts.compensated);
     parts.work = parts.compensated;
   } else {
-    parts.work = bucket.buffer.dtype() == DType::kF32 ? bucket.buffer : bucket.buffer.to(DType::kF32);
+    parts.work = bucket.buffer.dtype() == m_dtype ? bucket.buffer : bucket.buffer.to(m_dtype);
   }
   // Note [Uncompressed tensors ride with P]
   // The tensors sent as they are (biases, layer norms, poorly compressible matrices) go in P's
@@ -441,18 +456,29 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   }
   if (!parts.p.defined()) parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
   const int64_t r = options_.rank;
+  // The products' operands (Note [A 16-bit error]): a 16-bit M with 16-bit copies of the f32
+  // factors on the GPU, the products written in f32; on the CPU, whose products take one dtype,
+  // an f32 copy of M.
+  const bool narrow_m = parts.work.dtype() != DType::kF32;
+  const Tensor m_operand = narrow_m && device.is_cpu() ? parts.work.to(DType::kF32) : parts.work;
+  const auto factor_operand = [&](const Tensor& factor, int64_t numel) {
+    const Tensor used = slice_of(factor, 0, {numel});
+    return m_operand.dtype() == DType::kF32 ? used : used.to(m_operand.dtype());
+  };
+  const Tensor q_operand = factor_operand(parts.q, parts.plan.q_numel);
   for (const Plan::Group& g : parts.plan.groups) {  // P = M Q
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
-    Tensor m = slice_of(parts.work, bucket.offsets[mx.tensor], {mx.n, mx.m});
-    product(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
+    Tensor m = slice_of(m_operand, bucket.offsets[mx.tensor], {mx.n, mx.m});
+    product(m, slice_of(q_operand, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
             static_cast<int64_t>(g.count), mx.n, mx.m, r, MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
   group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
   orthogonalize(parts.p, parts.plan.p_batch);
+  const Tensor p_operand = factor_operand(parts.p, parts.plan.p_numel);
   for (const Plan::Group& g : parts.plan.groups) {  // Q = M^T P
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
-    Tensor m = slice_of(parts.work, bucket.offsets[mx.tensor], {mx.n, mx.m});
-    product_at_b(m, slice_of(parts.q, mx.q_offset, {mx.m, r}), slice_of(parts.p, mx.p_offset, {mx.n, r}),
+    Tensor m = slice_of(m_operand, bucket.offsets[mx.tensor], {mx.n, mx.m});
+    product_at_b(m, slice_of(q_operand, mx.q_offset, {mx.m, r}), slice_of(p_operand, mx.p_offset, {mx.n, r}),
                  slice_of(parts.q, mx.q_offset, {mx.m, r}), static_cast<int64_t>(g.count), mx.n, mx.m, r,
                  MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }

@@ -28,6 +28,10 @@ struct PowerSgdOptions {
   // where a non-finite step ends the run and no checkpoint is written after it), they are
   // updated in place: one f32 copy of the gradients less in memory, and no copy back.
   bool stage_state = true;
+  // The error feedback (and M, which becomes it) in the bucket's own dtype, as PyTorch's hook
+  // keeps it, instead of f32: with 16-bit buckets the hook's passes over the bucket move about
+  // half the bytes (Note [A 16-bit error] in the .cpp). --powersgd-error-dtype bucket.
+  bool error_in_bucket_dtype = false;
 };
 
 // The run's PowerSGD state: per bucket, the error-feedback buffer and the Q factors. It differs
@@ -35,7 +39,7 @@ struct PowerSgdOptions {
 // communicated, skipped ones included; the buckets change only in steps that were not skipped.
 struct PowerSgdState {
   struct Bucket {
-    Tensor error;  // (bucket numel) f32, what the last compression did not send
+    Tensor error;  // (bucket numel) f32 or the bucket's dtype, what the last compression did not send
     Tensor q;      // all Q matrices of the bucket back to back, f32
   };
   int64_t iter = 0;

@@ -1,6 +1,7 @@
 #include "framework/cpu/low_rank.h"
 
 #include <cmath>
+#include <string>
 
 #include "framework/core/scalar_types.h"
 
@@ -52,20 +53,37 @@ void check_f32(const Tensor& t, const char* op) {
                t);
 }
 
+// An error-feedback buffer (or M) beside a bucket of `bucket` dtype: f32, or the bucket's own.
+void check_error_buffer(const Tensor& t, DType bucket, const char* op) {
+  check_tensor((t.dtype() == DType::kF32 || t.dtype() == bucket) && t.is_contiguous() && t.device().is_cpu(), op,
+               (std::string("a contiguous f32 or ") + dtype_name(bucket) + " CPU tensor").c_str(), t);
+}
+
+// Calls fn(T{}, E{}) for a bucket of type T and an error buffer of f32 or T (checked before).
+template <typename Fn>
+void dispatch_bucket_and_error(DType bucket, DType error, const char* op, Fn&& fn) {
+  dispatch_bucket_dtype(bucket, op, [&](auto zero) {
+    if (error == DType::kF32) return fn(zero, float{});
+    fn(zero, zero);
+  });
+}
+
 }  // namespace
 
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
-  check_f32(error, "add_widened");
-  check_f32(out, "add_widened");
   check_tensor(grad.is_contiguous() && grad.numel() == out.numel(), "add_widened", "a contiguous gradient like out",
                grad);
-  VITDDP_CHECK(error.numel() == out.numel(), "add_widened: ", error.description(), " vs ", out.description());
-  dispatch_bucket_dtype(grad.dtype(), "add_widened", [&](auto zero) {
+  check_error_buffer(error, grad.dtype(), "add_widened");
+  check_error_buffer(out, grad.dtype(), "add_widened");
+  VITDDP_CHECK(error.numel() == out.numel() && error.dtype() == out.dtype(), "add_widened: ", error.description(),
+               " vs ", out.description());
+  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened", [&](auto zero, auto error_zero) {
     using T = decltype(zero);
+    using E = decltype(error_zero);
     const T* g = grad.data<T>();
-    const float* e = error.data<float>();
-    float* o = out.data<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<float>(g[i]) + e[i];
+    const E* e = error.data<E>();
+    E* o = out.data<E>();
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<E>(static_cast<float>(g[i]) + static_cast<float>(e[i]));
   });
 }
 
@@ -76,17 +94,19 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
   check_tensor(out.is_contiguous(), "expand_low_rank", "a contiguous bucket", out);
   check_low_rank_group(p, q, g, out);
   if (residual.defined()) {
-    check_f32(residual, "expand_low_rank");
+    check_error_buffer(residual, out.dtype(), "expand_low_rank");
     VITDDP_CHECK(residual.numel() == out.numel(), "expand_low_rank: ", residual.description(), " vs ",
                  out.description());
   }
   const float* pb = p.data<float>();
   const float* qb = q.data<float>();
-  float* res = residual.defined() ? residual.data<float>() : nullptr;
   bool bad = false;
-  dispatch_bucket_dtype(out.dtype(), "expand_low_rank", [&](auto zero) {
+  const DType residual_dtype = residual.defined() ? residual.dtype() : DType::kF32;
+  dispatch_bucket_and_error(out.dtype(), residual_dtype, "expand_low_rank", [&](auto zero, auto residual_zero) {
     using T = decltype(zero);
+    using R = decltype(residual_zero);
     T* o = out.data<T>();
+    R* res = residual.defined() ? residual.data<R>() : nullptr;
     for (int64_t k = 0; k < g.count; ++k) {
       const float* pk = pb + g.p_offset + k * g.n * g.rank;
       const float* qk = qb + g.q_offset + k * g.m * g.rank;
@@ -98,8 +118,8 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
           const int64_t at = base + i * g.m + j;
           o[at] = static_cast<T>(approx);
           if (res) {
-            res[at] -= approx;
-            bad |= !std::isfinite(res[at]);
+            res[at] = static_cast<R>(static_cast<float>(res[at]) - approx);
+            bad |= !std::isfinite(static_cast<float>(res[at]));
           }
         }
     }
@@ -108,14 +128,17 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
 }
 
 void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat) {
-  check_f32(src, "gather_runs");
+  check_tensor(src.is_contiguous(), "gather_runs", "a contiguous tensor", src);
   check_f32(flat, "gather_runs");
   check_bucket_runs(runs, src, flat, "gather_runs");
-  const float* s = src.data<float>();
-  float* f = flat.data<float>();
-  const float k = static_cast<float>(scale);
-  for (size_t r = 0; r < runs.offsets.size(); ++r)
-    for (int64_t i = 0; i < runs.numels[r]; ++i) *f++ = k * s[runs.offsets[r] + i];
+  dispatch_bucket_dtype(src.dtype(), "gather_runs", [&](auto zero) {
+    using S = decltype(zero);
+    const S* s = src.data<S>();
+    float* f = flat.data<float>();
+    const float k = static_cast<float>(scale);
+    for (size_t r = 0; r < runs.offsets.size(); ++r)
+      for (int64_t i = 0; i < runs.numels[r]; ++i) *f++ = k * static_cast<float>(s[runs.offsets[r] + i]);
+  });
 }
 
 void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
@@ -123,20 +146,22 @@ void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& buck
   check_f32(flat, "scatter_runs");
   check_tensor(bucket.is_contiguous(), "scatter_runs", "a contiguous bucket", bucket);
   check_bucket_runs(runs, bucket, flat, "scatter_runs", residual);
-  if (residual.defined()) check_f32(residual, "scatter_runs");
-  float* res = residual.defined() ? residual.data<float>() : nullptr;
+  if (residual.defined()) check_error_buffer(residual, bucket.dtype(), "scatter_runs");
   bool bad = false;
-  dispatch_bucket_dtype(bucket.dtype(), "scatter_runs", [&](auto zero) {
+  const DType residual_dtype = residual.defined() ? residual.dtype() : DType::kF32;
+  dispatch_bucket_and_error(bucket.dtype(), residual_dtype, "scatter_runs", [&](auto zero, auto residual_zero) {
     using T = decltype(zero);
+    using R = decltype(residual_zero);
     T* b = bucket.data<T>();
+    R* res = residual.defined() ? residual.data<R>() : nullptr;
     const float* f = flat.data<float>();
     for (size_t r = 0; r < runs.offsets.size(); ++r)
       for (int64_t i = 0; i < runs.numels[r]; ++i, ++f) {
         const int64_t at = runs.offsets[r] + i;
         b[at] = static_cast<T>(*f);
         if (res) {
-          res[at] -= *f;
-          bad |= !std::isfinite(res[at]);
+          res[at] = static_cast<R>(static_cast<float>(res[at]) - *f);
+          bad |= !std::isfinite(static_cast<float>(res[at]));
         }
       }
   });

@@ -1,7 +1,8 @@
 // PowerSGD's two passes over a whole bucket, each fused into one read and one write of every
-// element: before compression, the gradient plus its error feedback, widened to f32 (the matrix
-// M that is compressed); after it, M's approximation P Q^T written into the bucket in the
-// bucket's dtype while the same pass turns M into the new error (M - P Q^T). Unfused, the hook
+// element: before compression, the gradient plus its error feedback, widened to f32 or kept in
+// the bucket's 16 bits (the matrix M that is compressed); after it, M's approximation P Q^T
+// written into the bucket in the bucket's dtype while the same pass turns M into the new error
+// (M - P Q^T). Unfused, the hook
 // made about ten passes over the bucket per step; see docs/performance.md.
 #pragma once
 
@@ -39,16 +40,18 @@ void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tenso
 void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out);
 
 namespace cpu {
-// out (f32) := f32(grad) + error; grad f32/bf16/f16, all contiguous with one numel.
+// The error buffers below (error, out of add_widened, residual) are f32 or the bucket's own dtype
+// (--powersgd-error-dtype bucket, as PyTorch's hook keeps them for 16-bit buckets).
+// out := grad + error in out's dtype; grad f32/bf16/f16, all contiguous with one numel.
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
-// out[matrix k] := P_k Q_k^T in out's dtype (f32/bf16/f16); when `residual` (f32, laid out like
-// out) is defined, residual[matrix k] -= P_k Q_k^T too, and flag (1) i64 := 1 when any new
-// residual is NaN or Inf (left as it is otherwise).
+// out[matrix k] := P_k Q_k^T in out's dtype (f32/bf16/f16); when `residual` (laid out like out)
+// is defined, residual[matrix k] -= P_k Q_k^T too, and flag (1) i64 := 1 when any new residual,
+// as stored, is NaN or Inf (left as it is otherwise).
 void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
                      const Tensor& residual, const Tensor& flag);
-// flat (f32, runs.total()) := scale * src[runs], src f32 laid out like the bucket.
+// flat (f32, runs.total()) := scale * src[runs], src (f32/bf16/f16) laid out like the bucket.
 void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat);
-// bucket[runs] := flat in the bucket's dtype; when `residual` (f32, laid out like the bucket) is
+// bucket[runs] := flat in the bucket's dtype; when `residual` (laid out like the bucket) is
 // defined, residual[runs] -= flat too, and flag (1) i64 := 1 when any of it is NaN or Inf.
 void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& bucket, const Tensor& residual,
                   const Tensor& flag);

@@ -28,14 +28,16 @@ struct PlanKey {
   bool ta, tb;
   int64_t m, n, k, lda, ldb, ldc, batch, sa, sb, sc;
   DType dtype;
+  bool c_f32;
   GemmEpilogue epilogue;
   MatmulPrecision precision;
   bool has_beta;
   int sm_target;  // 0: the whole device
   bool operator==(const PlanKey& o) const {
-    return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, epilogue, precision, has_beta,
-                    sm_target) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.sa,
-                                           o.sb, o.sc, o.dtype, o.epilogue, o.precision, o.has_beta, o.sm_target);
+    return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, c_f32, epilogue, precision,
+                    has_beta, sm_target) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch,
+                                                     o.sa, o.sb, o.sc, o.dtype, o.c_f32, o.epilogue, o.precision,
+                                                     o.has_beta, o.sm_target);
   }
 };
 
@@ -44,7 +46,7 @@ struct PlanKeyHash {
     size_t h = 1469598103934665603ull;
     auto mix = [&](int64_t v) { h = (h ^ static_cast<size_t>(v)) * 1099511628211ull; };
     for (int64_t v : {int64_t(key.device), int64_t(key.ta), int64_t(key.tb), key.m, key.n, key.k, key.lda, key.ldb,
-                      key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.epilogue),
+                      key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.c_f32), int64_t(key.epilogue),
                       int64_t(key.precision), int64_t(key.has_beta), int64_t(key.sm_target)})
       mix(v);
     return h;
@@ -70,6 +72,8 @@ cudaDataType_t cuda_type(DType dtype) {
   throw Error(std::string("gemm: no matrix product for dtype ") + dtype_name(dtype));
 }
 
+DType c_dtype(const GemmArgs& g) { return g.c_f32 ? DType::kF32 : g.dtype; }
+
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                                    int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
@@ -90,6 +94,7 @@ std::string describe(const PlanKey& k) {
       << (k.tb ? 'T' : 'N') << " m=" << k.m << " n=" << k.n << " k=" << k.k << " ld=" << k.lda << "," << k.ldb << ","
       << k.ldc << " batch=" << k.batch << " strides=" << k.sa << "," << k.sb << "," << k.sc
       << " epilogue=" << static_cast<int>(k.epilogue) << " beta=" << k.has_beta << " sms=" << k.sm_target;
+  if (k.c_f32) out << " c=f32";  // appended: the keys of products kept before it existed stay as they were
   return out.str();
 }
 
@@ -250,15 +255,15 @@ std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Plan& plan, const Ge
   const int64_t bias_elements = g.epilogue == GemmEpilogue::kBiasGradB ? g.n : 0;
   Tensor scratch;
   try {
-    scratch = Tensor::empty({c_elements + bias_elements + 256}, g.dtype, Device::cuda(ctx.device()));
+    scratch = Tensor::empty({c_elements + bias_elements + 256}, c_dtype(g), Device::cuda(ctx.device()));
   } catch (const Error&) {
     return std::nullopt;  // near the memory limit: no timing, the heuristic's choice
   }
-  CUDA_CHECK(cudaMemsetAsync(scratch.data_ptr(), 0, scratch.numel() * dtype_size(g.dtype), stream));
+  CUDA_CHECK(cudaMemsetAsync(scratch.data_ptr(), 0, scratch.numel() * dtype_size(c_dtype(g)), stream));
   void* c = scratch.data_ptr();
   if (bias_elements > 0) {
     // 256-byte aligned, after C.
-    auto at = (reinterpret_cast<uintptr_t>(c) + c_elements * dtype_size(g.dtype) + 255) / 256 * 256;
+    auto at = (reinterpret_cast<uintptr_t>(c) + c_elements * dtype_size(c_dtype(g)) + 255) / 256 * 256;
     void* bias = reinterpret_cast<void*>(at);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   } else if (g.epilogue == GemmEpilogue::kBias) {
@@ -320,7 +325,7 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
                                                 sizeof(sm_target)));
   plan.a = make_layout(type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
   plan.b = make_layout(type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
-  plan.c = make_layout(type, g.m, g.n, g.ldc, g.batch, g.stride_c);
+  plan.c = make_layout(cuda_type(c_dtype(g)), g.m, g.n, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -365,7 +370,7 @@ PlanKey key_of(const GemmArgs& g, const CudaContext& ctx) {
   const int sm_target = carveout > 0 ? std::max(1, ctx.sm_count() - carveout) : 0;
   return PlanKey{ctx.device(), g.trans_a,  g.trans_b,  g.m,       g.n,        g.k,
                  g.lda,        g.ldb,      g.ldc,      g.batch,   g.stride_a, g.stride_b,
-                 g.stride_c,   g.dtype,    g.epilogue, matmul_precision(), g.beta != 0.0f, sm_target};
+                 g.stride_c,   g.dtype,    g.c_f32,    g.epilogue, matmul_precision(), g.beta != 0.0f, sm_target};
 }
 
 std::mutex g_plans_mutex;
@@ -384,6 +389,8 @@ bool gemm_planned(const GemmArgs& g) {
 
 bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   VITDDP_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0, "gemm with an empty dimension");
+  VITDDP_CHECK(!g.c_f32 || ((g.dtype == DType::kBF16 || g.dtype == DType::kF16) && g.epilogue == GemmEpilogue::kNone),
+               "gemm: an f32 C takes bf16 or f16 A and B and no epilogue, got ", dtype_name(g.dtype));
   VITDDP_ASSERT(g.epilogue == GemmEpilogue::kNone || g.bias != nullptr, "gemm: bias epilogue without a bias");
   CudaContext& ctx = CudaContext::for_device(current_device());
   const PlanKey key = key_of(g, ctx);

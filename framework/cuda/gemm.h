@@ -28,6 +28,9 @@ struct GemmArgs {
   void* c = nullptr;
   int64_t ldc = 0;
   DType dtype = DType::kF32;  // of A, B, C (and the bias)
+  // C in f32 where A and B are bf16 or f16 (products accumulate in f32 either way): PowerSGD's
+  // P = M Q of a 16-bit M, whose small factors stay in f32.
+  bool c_f32 = false;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // in elements, between batch entries
   float alpha = 1.0f;

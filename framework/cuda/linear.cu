@@ -176,6 +176,9 @@ void matmul_forward(const Tensor& a, const Tensor& b, const Tensor& c, int64_t b
   g.c = c.data_ptr();
   g.ldc = N;
   g.dtype = a.dtype();
+  VITDDP_CHECK(b.dtype() == a.dtype() && (c.dtype() == a.dtype() || c.dtype() == DType::kF32), "matmul: ",
+               a.description(), " times ", b.description(), " into ", c.description());
+  g.c_f32 = c.dtype() != a.dtype();  // 16-bit operands, an f32 product
   if (!b_shared) {
     g.batch = batch;
     g.stride_a = strides.b_or(K * N);  // column-major operands are swapped: g.a is b
@@ -200,6 +203,10 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const T
     g.c = da.data_ptr();
     g.ldc = K;
     g.dtype = a.dtype();
+    VITDDP_CHECK(b.dtype() == a.dtype() && dc.dtype() == a.dtype() &&
+                     (da.dtype() == a.dtype() || da.dtype() == DType::kF32),
+                 "matmul backward: dA ", da.description(), " from ", dc.description(), " and ", b.description());
+    g.c_f32 = da.dtype() != a.dtype();
     if (!b_shared) {
       g.batch = batch;
       g.stride_a = strides.b_or(K * N);  // g.a is b, g.b is dc, g.c is da
@@ -221,6 +228,9 @@ void matmul_backward(const Tensor& a, const Tensor& b, const Tensor& dc, const T
     g.c = db.data_ptr();
     g.ldc = N;
     g.dtype = a.dtype();
+    VITDDP_CHECK(dc.dtype() == a.dtype() && (db.dtype() == a.dtype() || db.dtype() == DType::kF32),
+                 "matmul backward: dB ", db.description(), " from ", a.description(), " and ", dc.description());
+    g.c_f32 = db.dtype() != a.dtype();
     if (!b_shared) {
       g.batch = batch;
       g.stride_a = strides.c_or(M * N);  // g.a is dc, g.b is a, g.c is db

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <string>
 
 #include "framework/cpu/low_rank.h"
 #include "framework/cuda/check.h"
@@ -10,13 +11,14 @@ namespace vitddp::cuda {
 namespace {
 
 // Streams both inputs once (bandwidth-bound: the whole bucket, every PowerSGD step); in quads
-// where all three are 16-byte aligned (a bucket and its error buffers always are).
-template <typename T>
-__global__ void add_widened_kernel(const T* g, const float* e, float* out, int64_t n) {
-  VITDDP_GRID_STRIDE_LOOP(i, n) out[i] = to_f(__ldcs(g + i)) + __ldcs(e + i);
+// where all three are aligned (a bucket and its error buffers always are). E, the error's and
+// M's type: f32, or the bucket's own (--powersgd-error-dtype bucket).
+template <typename T, typename E>
+__global__ void add_widened_kernel(const T* g, const E* e, E* out, int64_t n) {
+  VITDDP_GRID_STRIDE_LOOP(i, n) out[i] = from_f<E>(to_f(__ldcs(g + i)) + to_f(__ldcs(e + i)));
 }
-template <typename T>
-__global__ void add_widened_quads_kernel(const T* g, const float* e, float* out, int64_t n) {
+template <typename T, typename E>
+__global__ void add_widened_quads_kernel(const T* g, const E* e, E* out, int64_t n) {
   const int64_t quads = n / 4;
   VITDDP_GRID_STRIDE_LOOP(k, quads) {
     float a[4], b[4];
@@ -26,7 +28,7 @@ __global__ void add_widened_quads_kernel(const T* g, const float* e, float* out,
     for (int t = 0; t < 4; ++t) a[t] += b[t];
     store_pack<4>(out, k, a);
   }
-  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) out[i] = to_f(g[i]) + e[i];
+  VITDDP_GRID_STRIDE_LOOP_FROM(i, quads * 4, n) out[i] = from_f<E>(to_f(g[i]) + to_f(e[i]));
 }
 
 // One block per matrix row (k, i): P's row is read once per thread from L1, Q's rows stream
@@ -34,10 +36,11 @@ __global__ void add_widened_quads_kernel(const T* g, const float* e, float* out,
 // Quads: each thread takes four columns, when m and r are multiples of 4 and the row starts
 // aligned in out, the residual and Q: Q's four rows of r values are read in 16-byte words
 // (scalar reads of them, 64 bytes apart across a warp, made the pass slower than one column
-// per thread: 2.6 against 1.5 ms for ViT-L's bucket).
-template <typename T, bool kQuads>
+// per thread: 2.6 against 1.5 ms for ViT-L's bucket). The general kernel: any rank; ranks 4
+// and 8 take expand_rows_kernel below. R: the residual's type (f32 or the bucket's).
+template <typename T, typename R, bool kQuads>
 __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n, int64_t m, int64_t r,
-                                       int64_t stride, T* out, float* residual, unsigned long long* flag) {
+                                       int64_t stride, T* out, R* residual, unsigned long long* flag) {
   const int64_t row = blockIdx.x, k = row / n, i = row % n;
   const float* pk = p + (k * n + i) * r;
   const float* qk = q + k * m * r;
@@ -45,7 +48,7 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
   bool bad = false;
   if constexpr (kQuads) {
     T* o = out + base;
-    float* res = residual ? residual + base : nullptr;
+    R* res = residual ? residual + base : nullptr;
     for (int64_t jq = threadIdx.x; jq < m / 4; jq += blockDim.x) {
       float approx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int64_t t = 0; t < r; t += 4) {
@@ -65,7 +68,7 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
         load_pack<4>(res, jq, v);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          v[c] -= approx[c];
+          v[c] = to_f(from_f<R>(v[c] - approx[c]));  // as stored: 16 bits may round to Inf
           bad |= !isfinite(v[c]);
         }
         store_pack<4>(res, jq, v);
@@ -77,13 +80,69 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
       for (int64_t t = 0; t < r; ++t) approx += pk[t] * qk[j * r + t];
       out[base + j] = from_f<T>(approx);
       if (residual) {
-        const float v = residual[base + j] - approx;
+        const R v = from_f<R>(to_f(residual[base + j]) - approx);
         residual[base + j] = v;
-        bad |= !isfinite(v);
+        bad |= !isfinite(to_f(v));
       }
     }
   }
   if (bad) *flag = 1;  // every writer writes the same value
+}
+
+// Note [The expansion's Q reads]
+// Ranks 4 and 8 in quads: a block takes kExpandRows rows of one matrix; each thread keeps its
+// four columns' Q values (4 r floats) in registers and runs down the rows, P's rows read from
+// shared memory. The one-row kernel above reads those Q values again for every row: 16 bytes
+// of Q from L1/L2 per element for 10 bytes of DRAM traffic (f32 residual), which held it at
+// 43% of DRAM bandwidth (ncu, 73303c7). Eight rows a block with the rows unrolled needed 87
+// registers a thread (23% occupancy) and was no faster; here the row loop stays rolled.
+constexpr int kExpandRows = 8;
+template <typename T, typename R, int kRank>
+__global__ void __launch_bounds__(256) expand_rows_kernel(const float* p, const float* q, int64_t n, int64_t m,
+                                                          int64_t stride, T* out, R* residual,
+                                                          unsigned long long* flag) {
+  __shared__ float p_rows[kExpandRows * kRank];
+  const int64_t blocks_per_matrix = (n + kExpandRows - 1) / kExpandRows;
+  const int64_t k = blockIdx.x / blocks_per_matrix, first = (blockIdx.x % blocks_per_matrix) * kExpandRows;
+  const int rows = n - first < kExpandRows ? static_cast<int>(n - first) : kExpandRows;
+  const float* pk = p + (k * n + first) * kRank;
+  for (int t = threadIdx.x; t < rows * kRank; t += blockDim.x) p_rows[t] = pk[t];
+  __syncthreads();
+  const float* qk = q + k * m * kRank;
+  T* o = out + k * stride + first * m;
+  R* res = residual ? residual + k * stride + first * m : nullptr;
+  bool bad = false;
+  for (int64_t jq = threadIdx.x; jq < m / 4; jq += blockDim.x) {
+    float qv[4][kRank];
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+      for (int t = 0; t < kRank; t += 4) {
+        float w[4];
+        load_pack<4>(qk + (jq * 4 + c) * kRank + t, 0, w);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) qv[c][t + u] = w[u];
+      }
+#pragma unroll 1
+    for (int i = 0; i < rows; ++i) {
+      float approx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int t = 0; t < kRank; ++t) approx[c] += p_rows[i * kRank + t] * qv[c][t];  // t ascending
+      store_pack<4>(o + i * m, jq, approx);
+      if (res) {
+        float v[4];
+        load_pack<4>(res + i * m, jq, v);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] = to_f(from_f<R>(v[c] - approx[c]));  // as stored
+#pragma unroll
+        for (int c = 0; c < 4; ++c) bad |= !isfinite(v[c]);
+        store_pack<4>(res + i * m, jq, v);
+      }
+    }
+  }
+  if (bad) *flag = 1;
 }
 
 // The places of up to kRunsPerLaunch runs, by value: uploading them from pageable host memory
@@ -96,17 +155,18 @@ struct RunTable {
 };
 
 // blockIdx.y: the run; blocks along x share its elements.
-__global__ void gather_runs_kernel(const float* src, float* flat, RunTable t, float scale) {
+template <typename S>
+__global__ void gather_runs_kernel(const S* src, float* flat, RunTable t, float scale) {
   const int run = blockIdx.y;
-  const float* s = src + t.bucket_at[run];
+  const S* s = src + t.bucket_at[run];
   float* f = flat + t.flat_at[run];
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
        i += int64_t(gridDim.x) * blockDim.x)
-    f[i] = scale * s[i];
+    f[i] = scale * to_f(s[i]);
 }
 
-template <typename T>
-__global__ void scatter_runs_kernel(const float* flat, T* bucket, float* residual, RunTable t,
+template <typename T, typename R>
+__global__ void scatter_runs_kernel(const float* flat, T* bucket, R* residual, RunTable t,
                                     unsigned long long* flag) {
   const int run = blockIdx.y;
   const float* f = flat + t.flat_at[run];
@@ -116,9 +176,9 @@ __global__ void scatter_runs_kernel(const float* flat, T* bucket, float* residua
        i += int64_t(gridDim.x) * blockDim.x) {
     bucket[at + i] = from_f<T>(f[i]);
     if (residual) {
-      const float v = residual[at + i] - f[i];
+      const R v = from_f<R>(to_f(residual[at + i]) - f[i]);
       residual[at + i] = v;
-      bad |= !isfinite(v);
+      bad |= !isfinite(to_f(v));
     }
   }
   if (bad) *flag = 1;
@@ -150,26 +210,43 @@ void check_f32(const Tensor& t, const char* op) {
                "a contiguous f32 CUDA tensor", t);
 }
 
+// An error-feedback buffer (or M) beside a bucket of `bucket` dtype: f32, or the bucket's own.
+void check_error_buffer(const Tensor& t, DType bucket, const char* op) {
+  check_tensor((t.dtype() == DType::kF32 || t.dtype() == bucket) && t.is_contiguous() && t.device().is_cuda(), op,
+               (std::string("a contiguous f32 or ") + dtype_name(bucket) + " CUDA tensor").c_str(), t);
+}
+
+// Calls fn(T{}, E{}) for a bucket of type T and an error buffer of f32 or T (checked before).
+template <typename Fn>
+void dispatch_bucket_and_error(DType bucket, DType error, const char* op, Fn&& fn) {
+  dispatch_floating(bucket, op, [&](auto zero) {
+    if (error == DType::kF32) return fn(zero, float{});
+    fn(zero, zero);
+  });
+}
+
 }  // namespace
 
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
-  check_f32(error, "add_widened");
-  check_f32(out, "add_widened");
   check_tensor(grad.is_contiguous() && grad.numel() == out.numel() && grad.device().is_cuda(), "add_widened",
                "a contiguous CUDA gradient like out", grad);
-  VITDDP_CHECK(error.numel() == out.numel(), "add_widened: ", error.description(), " vs ", out.description());
+  check_error_buffer(error, grad.dtype(), "add_widened");
+  check_error_buffer(out, grad.dtype(), "add_widened");
+  VITDDP_CHECK(error.numel() == out.numel() && error.dtype() == out.dtype(), "add_widened: ", error.description(),
+               " vs ", out.description());
   const int64_t n = out.numel();
   if (n == 0) return;
   OpScope scope("powersgd compensate");
-  dispatch_floating(grad.dtype(), "add_widened", [&](auto zero) {
+  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened", [&](auto zero, auto error_zero) {
     using T = decltype(zero);
+    using E = decltype(error_zero);
     const T* g = static_cast<const T*>(grad.data_ptr());
-    if (quad_aligned(g, sizeof(T)) && quad_aligned(error.data<float>(), 4) && quad_aligned(out.data<float>(), 4))
-      add_widened_quads_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, current_stream()>>>(g, error.data<float>(),
-                                                                                           out.data<float>(), n);
+    const E* e = static_cast<const E*>(error.data_ptr());
+    E* o = static_cast<E*>(out.data_ptr());
+    if (quad_aligned(g, sizeof(T)) && quad_aligned(e, sizeof(E)) && quad_aligned(o, sizeof(E)))
+      add_widened_quads_kernel<T, E><<<grid_for((n + 3) / 4), kThreads, 0, current_stream()>>>(g, e, o, n);
     else
-      add_widened_kernel<T><<<grid_for(n), kThreads, 0, current_stream()>>>(g, error.data<float>(), out.data<float>(),
-                                                                           n);
+      add_widened_kernel<T, E><<<grid_for(n), kThreads, 0, current_stream()>>>(g, e, o, n);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -181,49 +258,64 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
   check_tensor(out.is_contiguous() && out.device().is_cuda(), "expand_low_rank", "a contiguous CUDA bucket", out);
   check_low_rank_group(p, q, g, out);
   VITDDP_CHECK(g.count * g.n <= int64_t(0x7fffffff), "expand_low_rank: too many rows for one launch");
-  float* res = nullptr;
   if (residual.defined()) {
-    check_f32(residual, "expand_low_rank");
+    check_error_buffer(residual, out.dtype(), "expand_low_rank");
     VITDDP_CHECK(residual.numel() == out.numel(), "expand_low_rank: ", residual.description(), " vs ",
                  out.description());
-    res = residual.data<float>() + g.offset;
   }
   check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "expand_low_rank",
                "an i64 CUDA flag", flag);
   OpScope scope("powersgd expand");
-  const unsigned rows = static_cast<unsigned>(g.count * g.n);
-  dispatch_floating(out.dtype(), "expand_low_rank", [&](auto zero) {
+  const DType residual_dtype = residual.defined() ? residual.dtype() : DType::kF32;
+  dispatch_bucket_and_error(out.dtype(), residual_dtype, "expand_low_rank", [&](auto zero, auto residual_zero) {
     using T = decltype(zero);
+    using R = decltype(residual_zero);
     T* o = static_cast<T*>(out.data_ptr()) + g.offset;
+    R* res = residual.defined() ? static_cast<R*>(residual.data_ptr()) + g.offset : nullptr;
     // Every row starts aligned when the first does and rows and matrices are whole quads apart.
     // P's and Q's rows are r apart, so r % 4 == 0 keeps every row aligned once the first is.
     const bool quads = g.m % 4 == 0 && g.stride % 4 == 0 && g.rank % 4 == 0 && quad_aligned(o, sizeof(T)) &&
-                       quad_aligned(res, 4) && quad_aligned(p.data<float>() + g.p_offset, 4) &&
+                       quad_aligned(res, sizeof(R)) && quad_aligned(p.data<float>() + g.p_offset, 4) &&
                        quad_aligned(q.data<float>() + g.q_offset, 4);
     const int64_t lanes = quads ? g.m / 4 : g.m;
     const int threads = lanes >= 256 ? 256 : static_cast<int>((lanes + 31) / 32 * 32);
     auto* bad = reinterpret_cast<unsigned long long*>(flag.data<int64_t>());
     const float* pp = p.data<float>() + g.p_offset;
     const float* qq = q.data<float>() + g.q_offset;
-    if (quads)
-      expand_low_rank_kernel<T, true><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride, o,
-                                                                             res, bad);
-    else
-      expand_low_rank_kernel<T, false><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride, o,
-                                                                              res, bad);
+    if (quads && (g.rank == 4 || g.rank == 8)) {  // See Note [The expansion's Q reads]
+      const int64_t blocks = g.count * ((g.n + kExpandRows - 1) / kExpandRows);
+      VITDDP_CHECK(blocks <= int64_t(0x7fffffff), "expand_low_rank: too many blocks for one launch");
+      if (g.rank == 4)
+        expand_rows_kernel<T, R, 4><<<static_cast<unsigned>(blocks), threads, 0, current_stream()>>>(
+            pp, qq, g.n, g.m, g.stride, o, res, bad);
+      else
+        expand_rows_kernel<T, R, 8><<<static_cast<unsigned>(blocks), threads, 0, current_stream()>>>(
+            pp, qq, g.n, g.m, g.stride, o, res, bad);
+    } else {
+      const unsigned rows = static_cast<unsigned>(g.count * g.n);
+      if (quads)
+        expand_low_rank_kernel<T, R, true><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank, g.stride,
+                                                                                  o, res, bad);
+      else
+        expand_low_rank_kernel<T, R, false><<<rows, threads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.rank,
+                                                                                   g.stride, o, res, bad);
+    }
     CUDA_CHECK_LAUNCH();
   });
 }
 
 void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat) {
-  check_f32(src, "gather_runs");
+  check_tensor(src.is_contiguous() && src.device().is_cuda(), "gather_runs", "a contiguous CUDA tensor", src);
   check_f32(flat, "gather_runs");
   check_bucket_runs(runs, src, flat, "gather_runs");
   OpScope scope("powersgd uncompressed");
-  for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
-    gather_runs_kernel<<<dim3(along, count), kThreads, 0, current_stream()>>>(src.data<float>(), flat.data<float>(),
-                                                                             table, static_cast<float>(scale));
-    CUDA_CHECK_LAUNCH();
+  dispatch_floating(src.dtype(), "gather_runs", [&](auto zero) {
+    using S = decltype(zero);
+    for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
+      gather_runs_kernel<S><<<dim3(along, count), kThreads, 0, current_stream()>>>(
+          static_cast<const S*>(src.data_ptr()), flat.data<float>(), table, static_cast<float>(scale));
+      CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
@@ -232,16 +324,18 @@ void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& buck
   check_f32(flat, "scatter_runs");
   check_tensor(bucket.is_contiguous() && bucket.device().is_cuda(), "scatter_runs", "a contiguous CUDA bucket", bucket);
   check_bucket_runs(runs, bucket, flat, "scatter_runs", residual);
-  if (residual.defined()) check_f32(residual, "scatter_runs");
-  float* res = residual.defined() ? residual.data<float>() : nullptr;
+  if (residual.defined()) check_error_buffer(residual, bucket.dtype(), "scatter_runs");
   check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "scatter_runs",
                "an i64 CUDA flag", flag);
   OpScope scope("powersgd uncompressed");
   auto* bad = reinterpret_cast<unsigned long long*>(flag.data<int64_t>());
-  dispatch_floating(bucket.dtype(), "scatter_runs", [&](auto zero) {
+  const DType residual_dtype = residual.defined() ? residual.dtype() : DType::kF32;
+  dispatch_bucket_and_error(bucket.dtype(), residual_dtype, "scatter_runs", [&](auto zero, auto residual_zero) {
     using T = decltype(zero);
+    using R = decltype(residual_zero);
+    R* res = residual.defined() ? static_cast<R*>(residual.data_ptr()) : nullptr;
     for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
-      scatter_runs_kernel<T><<<dim3(along, count), kThreads, 0, current_stream()>>>(
+      scatter_runs_kernel<T, R><<<dim3(along, count), kThreads, 0, current_stream()>>>(
           flat.data<float>(), static_cast<T*>(bucket.data_ptr()), res, table, bad);
       CUDA_CHECK_LAUNCH();
     });

@@ -84,7 +84,8 @@ __global__ void mark_nonfinite_kernel(const float* x, int64_t n, unsigned long l
   if (bad) *flag = 1;  // every writer writes the same value
 }
 
-__global__ void copy_unless_flagged_kernel(float* dst, const float* src, int64_t n, const int64_t* flag) {
+template <typename T>  // bits copied: float for f32, unsigned short for bf16 and f16
+__global__ void copy_unless_flagged_kernel(T* dst, const T* src, int64_t n, const int64_t* flag) {
   if (*flag != 0) return;
   VITDDP_GRID_STRIDE_LOOP(i, n) dst[i] = src[i];
 }
@@ -137,14 +138,22 @@ void mark_nonfinite(const Tensor& x, const Tensor& flag) {
 }
 
 void copy_unless_flagged(const Tensor& dst, const Tensor& src, const Tensor& flag) {
-  check_f32(dst, "copy_unless_flagged");
-  check_f32(src, "copy_unless_flagged");
+  for (const Tensor* t : {&dst, &src})
+    VITDDP_CHECK((t->dtype() == DType::kF32 || t->dtype() == DType::kBF16 || t->dtype() == DType::kF16) &&
+                     t->is_contiguous() && t->device().is_cuda(),
+                 "copy_unless_flagged: needs a contiguous f32, bf16 or f16 CUDA tensor, got ", t->description());
   check_flag(flag, "copy_unless_flagged");
-  VITDDP_CHECK(dst.numel() == src.numel(), "copy_unless_flagged: ", dst.description(), " vs ", src.description());
+  VITDDP_CHECK(dst.numel() == src.numel() && dst.dtype() == src.dtype(), "copy_unless_flagged: ", dst.description(),
+               " vs ", src.description());
   const int64_t n = dst.numel();
   if (n == 0) return;
-  copy_unless_flagged_kernel<<<grid_for(n), kThreads, 0, current_stream()>>>(dst.data<float>(), src.data<float>(), n,
-                                                                              flag.data<int64_t>());
+  if (dst.dtype() == DType::kF32)
+    copy_unless_flagged_kernel<float><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        dst.data<float>(), src.data<float>(), n, flag.data<int64_t>());
+  else
+    copy_unless_flagged_kernel<unsigned short><<<grid_for(n), kThreads, 0, current_stream()>>>(
+        static_cast<unsigned short*>(dst.data_ptr()), static_cast<const unsigned short*>(src.data_ptr()), n,
+        flag.data<int64_t>());
   CUDA_CHECK_LAUNCH();
 }
 

@@ -16,7 +16,7 @@ void first_nonfinite(const Tensor& grads, const Tensor& flag);
 // otherwise, so several calls accumulate.
 void mark_nonfinite(const Tensor& x, const Tensor& flag);
 
-// dst := src (f32, contiguous, same numel) when flag[0] == 0; nothing otherwise. The kernel
+// dst := src (f32, bf16 or f16, one dtype, contiguous, same numel) when flag[0] == 0; nothing otherwise. The kernel
 // reads the flag, the host does not.
 void copy_unless_flagged(const Tensor& dst, const Tensor& src, const Tensor& flag);
 

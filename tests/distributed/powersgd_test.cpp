@@ -1,6 +1,9 @@
 // PowerSGD against closed forms, with a fake 2-rank group whose other rank sends 2x ours.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "common/fake_group.h"
 #include "common/test_utils.h"
 #include "distributed/hooks/powersgd.h"
@@ -73,6 +76,47 @@ TEST(PowerSgd, RankOneErrorFeedbackCarriesExactlyWhatWasNotSent) {
   hook.run(group, b)->wait();
   std::vector<double> sent2 = b.buffer.to_vector(), error2 = hook.state().buckets.at(0).error.to_vector();
   for (size_t i = 0; i < fresh.size(); ++i) EXPECT_NEAR(error2[i] + sent2[i], fresh[i] + previous_error[i], 1e-5);
+}
+
+// Note [A 16-bit error]: with error_in_bucket_dtype a bf16 bucket's error is kept in bf16,
+// staged or in place; what was sent plus the error is the input within bf16's rounding, and the
+// approximation is the f32 error's within the rounding of the products' operands. An f32 error
+// (a checkpoint written without the setting) is converted on the next step.
+TEST(PowerSgd, ABucketDtypeErrorIsKeptInTheBucketsDtype) {
+  for (bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "staged" : "in place");
+    Generator gen(5);
+    GradBucket narrow_bucket = make_bucket(gen, {{8, 12}, {8}});
+    narrow_bucket.buffer = narrow_bucket.buffer.to(DType::kBF16);
+    GradBucket wide_bucket = narrow_bucket;
+    wide_bucket.buffer = narrow_bucket.buffer.clone();
+    testing::FakeGroup group;
+    PowerSgdOptions wide{2, 0, 2.0, true, true, 9};
+    wide.stage_state = staged;
+    PowerSgdOptions narrow = wide;
+    narrow.error_in_bucket_dtype = true;
+    PowerSgdHook wide_hook(wide), narrow_hook(narrow);
+    const std::vector<double> input = narrow_bucket.buffer.to_vector();
+    narrow_hook.run(group, narrow_bucket)->wait();
+    wide_hook.run(group, wide_bucket)->wait();
+    const Tensor& error = narrow_hook.state().buckets.at(0).error;
+    EXPECT_EQ(error.dtype(), DType::kBF16);
+    EXPECT_EQ(wide_hook.state().buckets.at(0).error.dtype(), DType::kF32);
+    const std::vector<double> sent = narrow_bucket.buffer.to_vector(), e = error.to_vector();
+    const std::vector<double> wide_sent = wide_bucket.buffer.to_vector();
+    double lost = 0;
+    for (size_t i = 0; i < input.size(); ++i) {
+      EXPECT_NEAR(e[i] + sent[i], input[i], 0.02 * std::max(1.0, std::abs(input[i]))) << i;
+      EXPECT_NEAR(sent[i], wide_sent[i], 0.05) << i;
+      lost += std::abs(e[i]);
+    }
+    EXPECT_GT(lost, 1e-2);
+    // Resumed from an f32 error: converted, then used.
+    PowerSgdState::Bucket& st = narrow_hook.state().buckets.at(0);
+    st.error = st.error.to(DType::kF32);
+    narrow_hook.run(group, narrow_bucket)->wait();
+    EXPECT_EQ(narrow_hook.state().buckets.at(0).error.dtype(), DType::kBF16);
+  }
 }
 
 // Note [Uncompressed tensors ride with P]: one all-reduce of P (8 x 1) with the bias (8) behind

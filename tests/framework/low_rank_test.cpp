@@ -67,6 +67,48 @@ TEST(LowRank, ExpandIntoBf16MarksANonFiniteResidual) {
   EXPECT_EQ(flag.to_vector()[0], 1);
 }
 
+// --powersgd-error-dtype bucket: the error and M in the bucket's bf16. Compensation rounds the
+// sum once to bf16; the expansion leaves the residual as bf16(residual - P Q^T) and flags a
+// residual that only bf16 overflows.
+TEST(LowRank, ABucketDtypeErrorIsAddedAndReducedInThatDtype) {
+  Generator gen(4);
+  Tensor grad = testing::random_tensor({37}, gen, DType::kF32).to(DType::kBF16);
+  Tensor error = testing::random_tensor({37}, gen, DType::kF32).to(DType::kBF16);
+  Tensor out = Tensor::empty({37}, DType::kBF16);
+  cpu::add_widened(grad, error, out);
+  std::vector<double> g = grad.to_vector(), e = error.to_vector(), o = out.to_vector();
+  for (size_t i = 0; i < o.size(); ++i) {
+    const double want = Tensor::from_vector({g[i] + e[i]}, {1}).to(DType::kBF16).to_vector()[0];
+    EXPECT_EQ(o[i], want) << i;
+  }
+  EXPECT_THROW(cpu::add_widened(grad, error, Tensor::empty({37}, DType::kF32)), Error);  // error and M differ
+  EXPECT_THROW(cpu::add_widened(grad, error.to(DType::kF16), Tensor::empty({37}, DType::kF16)), Error);
+
+  LowRankGroup lr;
+  lr.count = 1, lr.n = 2, lr.m = 2, lr.rank = 1;
+  Tensor p = Tensor::from_vector({1.0, 2.0}, {2});
+  Tensor q = Tensor::from_vector({3.0, 0.5}, {2});
+  Tensor bucket = Tensor::zeros({4}, DType::kBF16);
+  Tensor residual = Tensor::from_vector({3.25, 0.0, 6.0, 1.0}, {4}).to(DType::kBF16);
+  Tensor flag = Tensor::zeros({1}, DType::kI64);
+  cpu::expand_low_rank(p, q, lr, bucket, residual, flag);
+  EXPECT_EQ(bucket.to_vector(), (std::vector<double>{3.0, 0.5, 6.0, 1.0}));
+  EXPECT_EQ(residual.dtype(), DType::kBF16);
+  EXPECT_EQ(residual.to_vector(), (std::vector<double>{0.25, -0.5, 0.0, 0.0}));
+  EXPECT_EQ(flag.to_vector()[0], 0);
+  // bf16's largest value (3.3895e38) minus -1e36 is 3.3995e38: finite in f32, Inf in bf16.
+  Tensor big_p = Tensor::from_vector({-1e36, 0.0}, {2}), big_q = Tensor::from_vector({1.0, 0.0}, {2});
+  Tensor near_max = Tensor::from_vector({3.3895e38, 0.0, 0.0, 0.0}, {4});
+  Tensor f32_flag = Tensor::zeros({1}, DType::kI64);
+  cpu::expand_low_rank(big_p, big_q, lr, bucket, near_max.clone(), f32_flag);
+  EXPECT_EQ(f32_flag.to_vector()[0], 0);
+  Tensor bf16_residual = near_max.to(DType::kBF16);
+  cpu::expand_low_rank(big_p, big_q, lr, bucket, bf16_residual, flag);
+  EXPECT_TRUE(std::isinf(bf16_residual.to_vector()[0]));
+  EXPECT_EQ(flag.to_vector()[0], 1);
+  EXPECT_THROW(cpu::expand_low_rank(p, q, lr, bucket, Tensor::zeros({4}, DType::kF16), flag), Error);
+}
+
 TEST(LowRank, AGroupOutsideItsBuffersIsRefused) {
   LowRankGroup g;
   g.count = 2, g.n = 2, g.m = 2, g.rank = 1, g.stride = 4;

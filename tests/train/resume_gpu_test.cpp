@@ -1,8 +1,8 @@
 // Exact resume on the GPU through `train`: N steps, a checkpoint, a resumed run to N + M steps
 // give the weights of N + M uninterrupted steps, within fp32 rounding (GPU reductions may add in
 // another order from run to run). One GPU with batches made on the GPU, and 2 GPUs with
-// PowerSGD (its error buffers and Q travel in the checkpoint), and a 2-GPU run killed in the
-// middle of a save. Skipped without the GPUs.
+// PowerSGD (its error buffers, f32 or bf16, and Q travel in the checkpoint), and a 2-GPU run
+// killed in the middle of a save. Skipped without the GPUs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -90,6 +90,13 @@ TEST(ResumeGpu, OneGpuMatchesTheUninterruptedRun) {
 TEST(ResumeGpu, TwoGpusWithPowerSgdMatchTheUninterruptedRun) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
   check_resume(" --gpus 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05");
+}
+
+// --powersgd-error-dtype bucket in bf16 training: the bf16 error travels in the checkpoint.
+TEST(ResumeGpu, TwoGpusWithPowerSgdAndABf16ErrorMatchTheUninterruptedRun) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  check_resume(" --gpus 2 --precision bf16 --hook powersgd --powersgd-rank 4 --powersgd-error-dtype bucket "
+               "--powersgd-start-iter 2 --bucket-mb 0.05");
 }
 
 }  // namespace
