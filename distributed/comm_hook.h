@@ -32,6 +32,12 @@ class CommHook {
   // The reducer rebuilt its buckets (Note [Bucket rebuild] in reducer.cpp): state kept per
   // bucket index no longer matches.
   virtual void buckets_rebuilt() {}
+  // Whether the next step's run() calls do what every later step's will: no set-up left (state
+  // made, host copies, new product shapes tuned), so that the step may be captured as a CUDA
+  // graph and replayed (Note [A step as a CUDA graph]). The same on every rank.
+  virtual bool steady() const { return true; }
+  // A captured step was replayed: host-side state that run() advances advances here.
+  virtual void replayed() {}
   // For a step whose all-reduced gradients were found not finite: if this hook made them so
   // (finite values its compression could not represent), why, in words; else "".
   // `step` counts the steps this hook has communicated, from 0. May read device memory (and

@@ -34,7 +34,11 @@ namespace vitddp {
 // fault injected into one rank's loss: x * 1 is x, bit for bit). A step with a batch of another
 // shape (a file's short last batch, the same step on every rank) runs eagerly, on every rank: NCCL
 // needs each collective captured on all ranks or on none. The capture waits for a step whose
-// batch has --batch-size images. Settings whose work changes from step to step in ways a replay
+// batch has --batch-size images and, with DDP, for its hook to be steady (CommHook::steady):
+// PowerSGD's first compressed step after the bucket rebuild makes its errors and Q (Q copied
+// from the host) and tunes its products, so with --powersgd-start-iter 2 the fourth step is
+// captured; its compression beside backward is captured with its side stream (Note [PowerSGD
+// beside backward]), and each replay advances the hook's step count (CommHook::replayed). Settings whose work changes from step to step in ways a replay
 // cannot follow turn the graph off at start, named (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
 // captured step has them; the replays have their step range. The capture (a wait for the GPU,
 // then the host's work for one step, then the instantiation) is timed with its step when
@@ -48,8 +52,6 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   if ((c.update_in_backward || c.shard_update) && c.optimizer == "adamw")
     why.push_back(std::string(c.shard_update ? "--shard-update" : "--update-in-backward") +
                   " with adamw (its bias corrections change every step; the graph would keep the captured step's)");
-  if (c.hook == "powersgd")
-    why.push_back("--hook powersgd (its plain all-reduce steps, warm start and per-bucket state change from step to step)");
   if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")
     why.push_back("--hook " + c.hook + " on f32 buckets (its overflow record is indexed by a step count kept on the host)");
   if (c.find_unused_parameters) why.push_back("--find-unused-parameters (the unused parameters may change from step to step)");
@@ -69,10 +71,12 @@ struct GraphedStep::State {
   ProcessGroupNccl* nccl = nullptr;  // the run's group when it is NCCL's: it watches the replays
 };
 
-GraphedStep::GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group)
+GraphedStep::GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group,
+                         std::function<bool()> steady)
     : capture_step_(capture_step),
       batch_size_(batch_size),
       device_(device),
+      steady_(std::move(steady)),
       state_(std::make_unique<State>()) {
   state_->nccl = dynamic_cast<ProcessGroupNccl*>(group);
 }
@@ -84,7 +88,8 @@ GraphedStep::~GraphedStep() = default;
 
 bool GraphedStep::takes(int64_t step, const Tensor& images, const Tensor& labels) const {
   if (step < capture_step_ || !images.device().is_cuda()) return false;
-  if (!state_->graph.valid()) return images.dim() > 0 && images.shape()[0] == batch_size_;
+  if (!state_->graph.valid())
+    return images.dim() > 0 && images.shape()[0] == batch_size_ && (!steady_ || steady_());
   return images.shape() == state_->images.shape() && images.dtype() == state_->images.dtype() &&
          labels.shape() == state_->labels.shape() && labels.dtype() == state_->labels.dtype();
 }
@@ -143,7 +148,9 @@ Tensor GraphedStep::run(int64_t step, const Tensor& images, const Tensor& labels
 
 struct GraphedStep::State {};
 
-GraphedStep::GraphedStep(int64_t, int64_t, int, ProcessGroup*) { throw Error("--cuda-graph needs a CUDA build"); }
+GraphedStep::GraphedStep(int64_t, int64_t, int, ProcessGroup*, std::function<bool()>) {
+  throw Error("--cuda-graph needs a CUDA build");
+}
 size_t GraphedStep::peak_memory_bytes() const { return 0; }
 void GraphedStep::reset_peak_memory() {}
 GraphedStep::~GraphedStep() = default;

@@ -30,7 +30,10 @@ class GraphedStep {
   // Captures at the first step from `capture_step` on whose batch holds `batch_size` images (the
   // same step on every rank: the sampler gives each as many); `group`: the run's process group
   // (null without DDP), whose watchdog then holds each replay to its timeout.
-  GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group);
+  // `steady`: whether the step may be captured now (DDP's hook has no first-step set-up left,
+  // CommHook::steady), asked from `capture_step` on until the capture; the same on every rank.
+  GraphedStep(int64_t capture_step, int64_t batch_size, int device, ProcessGroup* group,
+              std::function<bool()> steady = {});
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
@@ -62,6 +65,7 @@ class GraphedStep {
   int64_t batch_size_;
   int device_;
   int64_t replays_ = 0;
+  std::function<bool()> steady_;
   std::unique_ptr<State> state_;
 };
 

@@ -442,7 +442,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     const std::string why = cuda_graph_unsupported(config, total - std::min(start_step, total));
     if (why.empty())
       graphed = std::make_unique<GraphedStep>(start_step + kEagerStepsBeforeGraph, config.batch_size, device.index,
-                                              ddp.group.get());
+                                              ddp.group.get(),
+                                              [&ddp] { return !ddp.reducer || ddp.reducer->hook().steady(); });
     else
       out << "cuda graph: off, every step runs eagerly: " << why << "\n";
   }
@@ -471,7 +472,10 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                               return forward_backward(images, labels, /*sync=*/true, /*micro=*/0, loss_factor);
                             },
                             out);
-        if (in_backward && graphed->replays() > replays_before) in_backward->replayed();  // no host backward
+        if (graphed->replays() > replays_before) {  // no host backward: the host's step state advances here
+          if (in_backward) in_backward->replayed();
+          if (ddp.reducer) ddp.reducer->hook().replayed();
+        }
       } else {
         loss = forward_backward(batch.images, batch.labels, sync, micro, Tensor());
       }

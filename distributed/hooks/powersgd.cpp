@@ -483,6 +483,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
                  MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
   parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
+  if (last) compressed_since_rebuild_ = true;
   return std::make_shared<PowerSgdWork>(std::move(parts));
 }
 

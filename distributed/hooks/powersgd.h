@@ -58,7 +58,15 @@ class PowerSgdHook final : public CommHook {
   void buckets_rebuilt() override {
     state_.buckets.clear();
     staged_.reset();
+    compressed_since_rebuild_ = false;
   }
+  // After one compressed step with these buckets: their errors and Q exist (the first step makes
+  // Q on the host and copies it over) and the products' shapes are tuned. Without warm start,
+  // never: every step copies a new Q from the host.
+  bool steady() const override {
+    return compressed_since_rebuild_ && options_.warm_start && state_.iter > options_.start_iter;
+  }
+  void replayed() override { ++state_.iter; }
 
   struct Staged;      // one step's new bucket states, committed together (defined in the .cpp)
   struct SideStream;  // the GPU stream the compression runs on (defined in the .cpp)
@@ -68,6 +76,7 @@ class PowerSgdHook final : public CommHook {
   PowerSgdState state_;
   std::shared_ptr<Staged> staged_;
   std::shared_ptr<SideStream> side_;
+  bool compressed_since_rebuild_ = false;
 };
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options);

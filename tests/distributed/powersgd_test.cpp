@@ -119,6 +119,30 @@ TEST(PowerSgd, ABucketDtypeErrorIsKeptInTheBucketsDtype) {
   }
 }
 
+// CommHook::steady: a step may be captured as a CUDA graph only after a compressed step with
+// the current buckets (the first makes Q on the host); replays advance the step count.
+TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {
+  Generator gen(6);
+  GradBucket b = make_bucket(gen, {{8, 12}, {8}});
+  testing::FakeGroup group;
+  PowerSgdHook hook(PowerSgdOptions{1, 1, 2.0, true, true, 9});
+  EXPECT_FALSE(hook.steady());
+  hook.run(group, b)->wait();  // plain
+  EXPECT_FALSE(hook.steady());
+  hook.run(group, b)->wait();  // the first compressed step
+  EXPECT_TRUE(hook.steady());
+  hook.buckets_rebuilt();
+  EXPECT_FALSE(hook.steady());
+  hook.run(group, b)->wait();
+  EXPECT_TRUE(hook.steady());
+  const int64_t iter = hook.state().iter;
+  hook.replayed();
+  EXPECT_EQ(hook.state().iter, iter + 1);
+  PowerSgdHook cold(PowerSgdOptions{1, 0, 2.0, true, /*warm_start=*/false, 9});
+  cold.run(group, b)->wait();
+  EXPECT_FALSE(cold.steady());  // a new Q from the host every step
+}
+
 // Note [Uncompressed tensors ride with P]: one all-reduce of P (8 x 1) with the bias (8) behind
 // it, then Q (12 x 1): two collectives for the bucket, and the bias still averaged.
 TEST(PowerSgd, TwoCollectivesPerBucketWithTheUncompressedTensorsBehindP) {

@@ -23,14 +23,16 @@ namespace {
 // Trains `args` eagerly and with --cuda-graph; both must finish, the graph run must say it
 // captured step 3 and replayed `replays` steps, and the weights must agree bit for bit. Returns
 // the graph run's output.
-std::string expect_graph_matches_eager(const std::string& args, const std::string& dir_name, int replays) {
+std::string expect_graph_matches_eager(const std::string& args, const std::string& dir_name, int replays,
+                                       int captured_step = 3) {
   testing::TempFolder dir(dir_name);
   const std::string eager = (dir / "eager.safetensors").string(), graphed = (dir / "graph.safetensors").string();
   testing::TrainOutcome a = testing::run_train("", args + " --save " + eager, /*use_gpus=*/true, 300);
   EXPECT_EQ(a.code, 0) << a.out;
   testing::TrainOutcome b = testing::run_train("", args + " --cuda-graph --save " + graphed, /*use_gpus=*/true, 300);
   EXPECT_EQ(b.code, 0) << b.out;
-  EXPECT_NE(b.out.find("cuda graph: step 3 captured ("), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("cuda graph: step " + std::to_string(captured_step) + " captured ("), std::string::npos)
+      << b.out;
   EXPECT_NE(b.out.find("cuda graph: " + std::to_string(replays) + " step(s) replayed"), std::string::npos) << b.out;
   if (a.code == 0 && b.code == 0) EXPECT_EQ(testing::worst_weight_difference(eager, graphed), 0.0);
   std::istringstream lines(b.out);  // the graph's own lines, into the test log
@@ -67,6 +69,21 @@ TEST(CudaGraphGpu, DdpReplaysCarryTheBucketCollectives) {
   EXPECT_GT(prioritized_kernels(out), 0) << out;
   expect_graph_matches_eager("--gpus 2 " + kBase + " --data gpu --bucket-mb 0.5 --precision bf16 --hook bf16",
                              "vitddp_graph_ddp_bf16", 3);
+}
+
+// PowerSGD in the graph: the compression on its side stream, the P and Q all-reduces, the
+// expansion into the buckets. The capture waits for the hook to be steady: with
+// --powersgd-start-iter 1 the second step is the first compressed one and the third is captured;
+// with the default 2, the fourth. In place (--nonfinite stop) and staged (skip), f32 and bf16
+// errors; rank 4 takes the expansion's rows kernel.
+TEST(CudaGraphGpu, PowerSgdReplaysGiveTheEagerWeights) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const std::string psgd = "--gpus 2 " + kBase + " --data gpu --bucket-mb 0.5 --precision bf16 --hook powersgd "
+                           "--powersgd-rank 4 --momentum 0.9";
+  expect_graph_matches_eager(psgd + " --powersgd-start-iter 1", "vitddp_graph_psgd", 3);
+  expect_graph_matches_eager(psgd + " --powersgd-start-iter 1 --nonfinite skip --powersgd-error-dtype bucket",
+                             "vitddp_graph_psgd_skip", 3);
+  expect_graph_matches_eager(psgd, "vitddp_graph_psgd_later", 2, /*captured_step=*/4);
 }
 
 // A NaN injected into one rank's loss travels through the graph like any other: every rank still
