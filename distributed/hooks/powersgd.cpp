@@ -303,6 +303,10 @@ class PowerSgdWork final : public Work {
     Tensor work;          // M: the matrices compressed (`compensated`, the bucket itself, or a copy in M's
                           // dtype), held until the products that read it are done
     Tensor compensated;   // bucket + error, then the new error; undefined without error feedback
+    // 16-bit copies of Q and P for the products of a 16-bit M (Note [A 16-bit error]), made on the
+    // side stream and held here like `work`: freed after the compute stream's join, never on the
+    // side stream after its last join (a CUDA graph capture refuses such unjoined frees).
+    Tensor q_operand, p_operand;
     Tensor p, q;
     Tensor flat;  // the uncompressed tensors' average: P's tail, or a buffer of its own
     PowerSgdState::Bucket* state = nullptr;
@@ -465,7 +469,8 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     const Tensor used = slice_of(factor, 0, {numel});
     return m_operand.dtype() == DType::kF32 ? used : used.to(m_operand.dtype());
   };
-  const Tensor q_operand = factor_operand(parts.q, parts.plan.q_numel);
+  parts.q_operand = factor_operand(parts.q, parts.plan.q_numel);
+  const Tensor& q_operand = parts.q_operand;
   for (const Plan::Group& g : parts.plan.groups) {  // P = M Q
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
     Tensor m = slice_of(m_operand, bucket.offsets[mx.tensor], {mx.n, mx.m});
@@ -474,7 +479,8 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   }
   group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
   orthogonalize(parts.p, parts.plan.p_batch);
-  const Tensor p_operand = factor_operand(parts.p, parts.plan.p_numel);
+  parts.p_operand = factor_operand(parts.p, parts.plan.p_numel);
+  const Tensor& p_operand = parts.p_operand;
   for (const Plan::Group& g : parts.plan.groups) {  // Q = M^T P
     const Plan::Matrix& mx = parts.plan.matrices[g.first];
     Tensor m = slice_of(m_operand, bucket.offsets[mx.tensor], {mx.n, mx.m});
