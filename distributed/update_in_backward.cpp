@@ -32,7 +32,9 @@ namespace vitddp {
 // The first synchronised step, whose finalize may rebuild the buckets (Note [Bucket rebuild]),
 // updates after backward instead. What it asks: --nonfinite stop (each update reports into
 // the flag; a skip needs every gradient scanned before any update), and hooks that
-// communicate in the bucket itself (all-reduce; bf16 on bf16 buckets): a hook's own buffer is
+// communicate in the bucket itself (all-reduce; bf16 on bf16 buckets) or keep their buffers
+// from step to step (PowerSGD, Note [PowerSGD's P buffers], whose expansion into the bucket
+// then runs on the update stream, in the wait before the update): a hook's own buffer is
 // freed where its last reference drops (the process group's, once the collective is done, on
 // the compute stream), while the update stream may still read it.
 // Under --cuda-graph the updates are captured with the step: the learning rate and SGD's

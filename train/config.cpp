@@ -69,7 +69,7 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"update-in-backward", &c.update_in_backward,
        "DDP: each bucket's optimizer update runs right after its communication, on a stream of its own beside the "
        "rest of backward, instead of in one pass after backward (weights bit-identical to the plain update; needs "
-       "--nonfinite stop and --hook allreduce, or bf16 in bf16 training)"},
+       "--nonfinite stop and --hook allreduce or powersgd, or bf16 in bf16 training)"},
       {"shard-update", &c.shard_update,
        "DDP: each bucket is reduce-scattered; each rank updates its own part of it, beside backward as with "
        "--update-in-backward, and the ranks all-gather the updated weights (ZeRO stage 1: the update's work and "
@@ -349,10 +349,10 @@ void TrainConfig::validate() const {
                "same updates in two places: choose one");
   VITDDP_CHECK(!update_in_backward || nonfinite == "stop", "--update-in-backward applies updates before the step's "
                "gradients have all been scanned; --nonfinite skip needs them all first");
-  VITDDP_CHECK(!update_in_backward || hook == "allreduce" || (hook == "bf16" && precision == "bf16"),
-               "--update-in-backward takes --hook allreduce, or --hook bf16 with --precision bf16: --hook ", hook,
-               (hook != "powersgd" && precision != "bf16" ? " on f32 buckets" : ""), " communicates through buffers of its own, which the "
-               "compute stream would free while the update stream may still read them");
+  VITDDP_CHECK(!update_in_backward || hook == "allreduce" || hook == "powersgd" || (hook == "bf16" && precision == "bf16"),
+               "--update-in-backward takes --hook allreduce or powersgd, or --hook bf16 with --precision bf16: --hook ",
+               hook, (precision != "bf16" ? " on f32 buckets" : ""), " communicates through buffers of its own, which "
+               "the compute stream would free while the update stream may still read them");
   VITDDP_CHECK(!shard_update || hook == "allreduce", "--shard-update reduce-scatters each bucket in place: it takes "
                "--hook allreduce, not --hook ", hook);
   VITDDP_CHECK(!shard_update || nonfinite == "stop", "--shard-update applies updates before the step's gradients "

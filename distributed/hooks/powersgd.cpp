@@ -427,10 +427,10 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   const bool ride_with_p = !parts.plan.matrices.empty();
   if (u > 0) {
     if (ride_with_p) {
-      parts.p = Tensor::empty({parts.plan.p_numel + u}, DType::kF32, device);
+      parts.p = factor_buffer(bucket.index, parts.plan.p_numel + u, device);
       parts.flat = slice_of(parts.p, parts.plan.p_numel, {u});
     } else {
-      parts.flat = Tensor::empty({u}, DType::kF32, device);
+      parts.flat = factor_buffer(bucket.index, u, device);
     }
     // Riding with P: x / world, summed there; alone: averaged by the all-reduce.
     gather_runs(parts.work, parts.plan.runs, ride_with_p ? 1.0 / group.size() : 1.0, parts.flat);
@@ -458,7 +458,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   } else {
     parts.q = initial_q();
   }
-  if (!parts.p.defined()) parts.p = Tensor::empty({parts.plan.p_numel}, DType::kF32, device);
+  if (!parts.p.defined()) parts.p = factor_buffer(bucket.index, parts.plan.p_numel, device);
   const int64_t r = options_.rank;
   // The products' operands (Note [A 16-bit error]): a 16-bit M with 16-bit copies of the f32
   // factors on the GPU, the products written in f32; on the CPU, whose products take one dtype,
@@ -491,6 +491,22 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
   if (last) compressed_since_rebuild_ = true;
   return std::make_shared<PowerSgdWork>(std::move(parts));
+}
+
+// Note [PowerSGD's P buffers]
+// P, with the uncompressed tensors behind it (or those alone), is all-reduced from a buffer per
+// bucket kept from step to step, not made each step: the process group holds the tensor it
+// all-reduces and drops it once the collective is done, on whatever stream is then current.
+// With --update-in-backward the expansion reads P on the update stream, and a block freed on
+// the compute stream meanwhile could be handed to a new tensor while it still reads; a buffer
+// that is never freed needs no such ordering (Q already is the warm-start state, in place).
+// Reuse across steps is ordered: a step's side stream forks from the compute stream during its
+// backward, after the compute stream joined the last step's expansions and updates.
+Tensor PowerSgdHook::factor_buffer(size_t bucket, int64_t numel, const Device& device) {
+  Tensor& buffer = factor_buffers_[bucket];
+  if (!buffer.defined() || buffer.numel() != numel || buffer.device() != device)
+    buffer = Tensor::empty({numel}, DType::kF32, device);
+  return buffer;
 }
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options) {

@@ -58,6 +58,7 @@ class PowerSgdHook final : public CommHook {
   void buckets_rebuilt() override {
     state_.buckets.clear();
     staged_.reset();
+    factor_buffers_.clear();
     compressed_since_rebuild_ = false;
   }
   // After one compressed step with these buckets: their errors and Q exist (the first step makes
@@ -77,6 +78,10 @@ class PowerSgdHook final : public CommHook {
   std::shared_ptr<Staged> staged_;
   std::shared_ptr<SideStream> side_;
   bool compressed_since_rebuild_ = false;
+  // Per bucket, the f32 buffer P (and the uncompressed tensors) is all-reduced from (Note
+  // [PowerSGD's P buffers]).
+  std::map<size_t, Tensor> factor_buffers_;
+  Tensor factor_buffer(size_t bucket, int64_t numel, const Device& device);
 };
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options);

@@ -22,6 +22,9 @@ TEST(UpdateInBackwardGpu, GivesTheWeightsOfThePlainUpdateEagerlyAndInAGraph) {
                                     // step's last bucket is the only one updated after backward.
                                     std::string("--precision bf16 --bucket-mb 0.05 --hook bf16 --momentum 0.9"),
                                     std::string("--precision bf16 --bucket-mb 0.05"),
+                                    // PowerSGD's expansion into each bucket on the update stream.
+                                    std::string("--precision bf16 --bucket-mb 0.05 --hook powersgd --powersgd-rank 4 "
+                                                "--powersgd-start-iter 1 --powersgd-error-dtype bucket --momentum 0.9"),
                                     // Gradients copied out of the buckets, on the update stream.
                                     std::string("--precision fp32 --bucket-mb 0.05 --grad-as-bucket-view=false")}) {
     SCOPED_TRACE(setting);
