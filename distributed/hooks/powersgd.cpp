@@ -18,6 +18,7 @@
 #include "framework/cuda/check.h"
 #include "framework/cuda/context.h"
 #include "framework/cuda/nonfinite.h"
+#include "framework/cuda/op_profiler.h"
 #include "framework/cuda/stream.h"
 #endif
 
@@ -30,6 +31,7 @@ void product(const Tensor& a, const Tensor& b, const Tensor& c, int64_t batch, i
              const MatmulStrides& strides) {
   if (a.device().is_cpu()) return cpu::matmul_forward(a, b, c, batch, m, k, n, false, strides);
 #if VITDDP_WITH_CUDA
+  cuda::OpScope scope("powersgd products");  // --op-breakdown's row for both products
   cuda::matmul_forward(a, b, c, batch, m, k, n, false, strides);
 #endif
 }
@@ -37,6 +39,7 @@ void product_at_b(const Tensor& a, const Tensor& b_shape, const Tensor& dc, cons
                   int64_t k, int64_t n, const MatmulStrides& strides) {
   if (a.device().is_cpu()) return cpu::matmul_backward(a, b_shape, dc, Tensor(), db, batch, m, k, n, false, strides);
 #if VITDDP_WITH_CUDA
+  cuda::OpScope scope("powersgd products");
   cuda::matmul_backward(a, b_shape, dc, Tensor(), db, batch, m, k, n, false, strides);
 #endif
 }
