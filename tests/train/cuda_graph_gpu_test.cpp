@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/ddp_harness.h"
 #include "common/multiprocess.h"
 #include "common/run_checks.h"
@@ -127,7 +129,9 @@ TEST(CudaGraphGpu, ASettingItCannotReplaySaysWhyAndTrainsEagerly) {
 // extra steps run eagerly after the replays.
 TEST(CudaGraphGpu, CheckpointsBetweenReplaysResumeExactly) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  for (const std::string gpus : {"", "--gpus 2 --bucket-mb 0.05 "}) {
+  // PowerSGD: each replay advances the hook's step count, which the checkpoints record.
+  for (const std::string gpus : {"", "--gpus 2 --bucket-mb 0.05 ",
+                                 "--gpus 2 --bucket-mb 0.05 --hook powersgd --powersgd-start-iter 1 "}) {
     SCOPED_TRACE(gpus);
     testing::TempFolder dir("vitddp_graph_resume");
     const std::string straight = (dir / "straight.safetensors").string();
@@ -141,6 +145,10 @@ TEST(CudaGraphGpu, CheckpointsBetweenReplaysResumeExactly) {
         "", args + " --steps 7 --checkpoint-dir " + ckpt + " --checkpoint-every 3", /*use_gpus=*/true, 300);
     ASSERT_EQ(b.code, 0) << b.out;
     EXPECT_NE(b.out.find("cuda graph: 4 step(s) replayed"), std::string::npos) << b.out;
+    if (gpus.find("powersgd") != std::string::npos) {  // steps 1 to 6 communicated: 6
+      const nlohmann::json record = nlohmann::json::parse(testing::file_bytes(ckpt + "/step-000006/rank-0.json"));
+      EXPECT_EQ(record["powersgd"]["iter"], 6) << record.dump();
+    }
     testing::TrainOutcome c = testing::run_train(
         "", args + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --op-breakdown",
         /*use_gpus=*/true, 300);
