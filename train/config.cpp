@@ -83,7 +83,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
        "peer access: NCCL_P2P_DISABLE=1, PCIe servers); works under --cuda-graph"},
       {"cuda-graph", &c.cuda_graph,
-       "GPU: from the third step on, forward, backward and DDP's bucket collectives are replayed as one CUDA graph "
+       "GPU: from the third step on (with --hook powersgd, once a compressed step has run), forward, backward and "
+       "DDP's bucket collectives are replayed as one CUDA graph "
        "captured from that step (the optimizer runs after it, or inside it with --update-in-backward), so the host issues a step in a few launches; a "
        "setting the graph cannot replay says why at start and every step runs eagerly"},
       {"ready-order-share", &c.ready_order_share,

@@ -42,11 +42,16 @@ namespace vitddp {
 // cannot follow turn the graph off at start, named (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
 // captured step has them; the replays have their step range. The capture (a wait for the GPU,
 // then the host's work for one step, then the instantiation) is timed with its step when
-// --warmup is below 3. The watchdog times each replay from its launch by the host.
+// --warmup is below the captured step's number (3, or PowerSGD's later one). The watchdog times
+// each replay from its launch by the host.
 std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   std::vector<std::string> why;
   if (steps <= kEagerStepsBeforeGraph)
     why.push_back("the run has " + std::to_string(steps) + " step(s): the graph is captured at the third");
+  else if (c.hook == "powersgd" && steps <= c.powersgd_start_iter + 1)
+    why.push_back("the run has " + std::to_string(steps) + " step(s) and --hook powersgd with --powersgd-start-iter " +
+                  std::to_string(c.powersgd_start_iter) + ": the graph is captured after its first compressed step, "
+                  "at step " + std::to_string(c.powersgd_start_iter + 2) + " at the earliest");
   if (c.accumulate > 1) why.push_back("--accumulate " + std::to_string(c.accumulate) + " (one micro-batch a step is captured)");
   if (c.update_in_forward) why.push_back("--update-in-forward (its updates run inside the next step's forward)");
   if ((c.update_in_backward || c.shard_update) && c.optimizer == "adamw")

@@ -231,7 +231,7 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
 struct PowerSgdHook::Staged {
   struct Entry {
     PowerSgdState::Bucket* state;
-    Tensor error;  // (bucket numel) f32, the new error, or undefined without error feedback
+    Tensor error;  // (bucket numel) the new error (f32 or the bucket's dtype), or undefined without error feedback
     Tensor q;      // the new Q, or undefined when the bucket has no compressed matrix
   };
   Tensor skip;     // (1) i64 on the device: 1 once anything new is not finite
@@ -259,7 +259,7 @@ struct PowerSgdHook::Staged {
 
 // Note [PowerSGD beside backward]
 // On a GPU a bucket's compression runs on a stream of the hook's own, forked from the compute
-// stream when the bucket is ready: M = f32(gradient) + error, P = M Q, P's all-reduce, the
+// stream when the bucket is ready: M = gradient + error, P = M Q, P's all-reduce, the
 // orthogonalisation, Q = M^T P and Q's all-reduce. On the compute stream, as it first was, the
 // wait for P's all-reduce (queued on the communication stream behind the earlier buckets'
 // collectives) held up every backward kernel enqueued after it, once per bucket: with 25 MB
@@ -388,6 +388,9 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   }
 #endif
   if (iter < options_.start_iter) return group.allreduce(bucket.buffer, ReduceOp::kAvg);
+  // Compressed from here on. Set at the step's last bucket, which may be one without a matrix
+  // (a class token alone) and return early below; the earlier buckets' state is made by then.
+  if (last) compressed_since_rebuild_ = true;
 
   NvtxRange range(nvtx_compress_name(bucket.index), NvtxColor::kCompress);
 #if VITDDP_WITH_CUDA
@@ -492,7 +495,6 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
                  MatmulStrides{g.stride, mx.m * r, mx.n * r});
   }
   parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
-  if (last) compressed_since_rebuild_ = true;
   return std::make_shared<PowerSgdWork>(std::move(parts));
 }
 
@@ -502,7 +504,9 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
 // all-reduces and drops it once the collective is done, on whatever stream is then current.
 // With --update-in-backward the expansion reads P on the update stream, and a block freed on
 // the compute stream meanwhile could be handed to a new tensor while it still reads; a buffer
-// that is never freed needs no such ordering (Q already is the warm-start state, in place).
+// that is never freed needs no such ordering (Q already is the warm-start state, in place, and
+// M the error buffer: the command line always warm-starts and feeds the error back; without
+// either, Q or M would be made each step and this would not hold for them).
 // Reuse across steps is ordered: a step's side stream forks from the compute stream during its
 // backward, after the compute stream joined the last step's expansions and updates.
 Tensor PowerSgdHook::factor_buffer(size_t bucket, int64_t numel, const Device& device) {

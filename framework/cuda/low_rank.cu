@@ -264,6 +264,12 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
     check_error_buffer(residual, out.dtype(), "expand_low_rank");
     VITDDP_CHECK(residual.numel() == out.numel(), "expand_low_rank: ", residual.description(), " vs ",
                  out.description());
+    // The kernels take them as unaliased (__restrict__): overlapping bytes would give wrong values.
+    const auto* o = static_cast<const char*>(out.data_ptr());
+    const auto* r = static_cast<const char*>(residual.data_ptr());
+    const int64_t out_bytes = out.numel() * dtype_size(out.dtype());
+    const int64_t residual_bytes = residual.numel() * dtype_size(residual.dtype());
+    VITDDP_CHECK(o + out_bytes <= r || r + residual_bytes <= o, "expand_low_rank: the residual overlaps the bucket");
   }
   check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "expand_low_rank",
                "an i64 CUDA flag", flag);

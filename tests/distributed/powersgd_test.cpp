@@ -141,6 +141,15 @@ TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {
   PowerSgdHook cold(PowerSgdOptions{1, 0, 2.0, true, /*warm_start=*/false, 9});
   cold.run(group, b)->wait();
   EXPECT_FALSE(cold.steady());  // a new Q from the host every step
+  // A step whose last bucket has no matrix (a class token alone): steady after it all the same.
+  GradBucket first = make_bucket(gen, {{8, 12}, {8}}), token = make_bucket(gen, {{1, 1, 6}});
+  first.is_last = false;
+  token.index = 1;
+  PowerSgdHook split(PowerSgdOptions{1, 0, 2.0, true, true, 9});
+  split.run(group, first)->wait();
+  EXPECT_FALSE(split.steady());
+  split.run(group, token)->wait();
+  EXPECT_TRUE(split.steady());
 }
 
 // Note [Uncompressed tensors ride with P]: one all-reduce of P (8 x 1) with the bias (8) behind

@@ -36,6 +36,13 @@ TEST(CudaGraphSettings, EachSettingThatChangesTheStepIsNamed) {
   EXPECT_NE(why([](TrainConfig& c) { c.launch_window = 16; }).find("--launch-window"), std::string::npos);
   TrainConfig c;
   EXPECT_NE(cuda_graph_unsupported(c, 2).find("the run has 2 step(s)"), std::string::npos);
+  // PowerSGD is captured after its first compressed step: with start iteration 2, from the fourth.
+  TrainConfig psgd;
+  psgd.hook = "powersgd";
+  psgd.powersgd_start_iter = 2;
+  EXPECT_NE(cuda_graph_unsupported(psgd, 3).find("captured after its first compressed step, at step 4"),
+            std::string::npos);
+  EXPECT_EQ(cuda_graph_unsupported(psgd, 4), "");
   // Every reason at once, so that one run tells them all.
   c.dropout = 0.1;
   c.accumulate = 4;
