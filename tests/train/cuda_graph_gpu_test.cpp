@@ -83,6 +83,10 @@ TEST(CudaGraphGpu, PowerSgdReplaysGiveTheEagerWeights) {
   const std::string psgd = "--gpus 2 " + kBase + " --data gpu --bucket-mb 0.5 --precision bf16 --hook powersgd "
                            "--powersgd-rank 4 --momentum 0.9";
   expect_graph_matches_eager(psgd + " --powersgd-start-iter 1", "vitddp_graph_psgd", 3);
+  // Tiny buckets: the last may hold no matrix at all (the class token), and the hook is steady all the same.
+  expect_graph_matches_eager("--gpus 2 " + kBase + " --data gpu --bucket-mb 0.01 --precision bf16 --hook powersgd "
+                             "--powersgd-rank 4 --momentum 0.9 --powersgd-start-iter 1",
+                             "vitddp_graph_psgd_tiny", 3);
   expect_graph_matches_eager(psgd + " --powersgd-start-iter 1 --nonfinite skip --powersgd-error-dtype bucket",
                              "vitddp_graph_psgd_skip", 3);
   expect_graph_matches_eager(psgd, "vitddp_graph_psgd_later", 2, /*captured_step=*/4);
