@@ -16,7 +16,8 @@ flags=(--gpus 2 --precision bf16 --hook powersgd --powersgd-rank 4 --bucket-mb 2
        --lr 1e-4 --warmup 0 --steps "$steps" --print-every 0 --json --seed 3 --timeout 120)
 for e in f32 bucket; do
   "$build/bin/train" "${flags[@]}" --powersgd-error-dtype "$e" 2> "$out/psgd_loss_$e.err" | grep '^{' \
-    > "$out/psgd_loss_$e.json" || { echo "powersgd error loss: $e run failed"; tail -3 "$out/psgd_loss_$e.err"; exit 1; }
+    > "$out/psgd_loss_$e.json" \
+    || { echo "powersgd error loss: $e run failed"; tail -3 "$out/psgd_loss_$e.err"; exit 1; }
 done
 python3 - "$out" <<'PY'
 import json, sys
@@ -26,7 +27,9 @@ f32, narrow = (json.load(open(f"{out}/psgd_loss_{e}.json"))["losses"] for e in (
 if not f32 or len(f32) != len(narrow):
     print(f"powersgd error loss: step counts differ or are empty: {len(f32)} vs {len(narrow)}")
     sys.exit(1)
-mean = lambda xs: [sum(xs[max(0, i - WINDOW + 1):i + 1]) / len(xs[max(0, i - WINDOW + 1):i + 1]) for i in range(len(xs))]
+def mean(xs):  # trailing means over WINDOW steps (fewer for the first)
+    windows = (xs[max(0, i - WINDOW + 1):i + 1] for i in range(len(xs)))
+    return [sum(w) / len(w) for w in windows]
 step = [abs(a - b) / abs(b) for a, b in zip(narrow, f32)]
 trail = [abs(a - b) / abs(b) for a, b in zip(mean(narrow), mean(f32))]
 worst_step, worst_trail = max(range(len(step)), key=step.__getitem__), max(range(len(trail)), key=trail.__getitem__)

@@ -350,7 +350,8 @@ void TrainConfig::validate() const {
                "same updates in two places: choose one");
   VITDDP_CHECK(!update_in_backward || nonfinite == "stop", "--update-in-backward applies updates before the step's "
                "gradients have all been scanned; --nonfinite skip needs them all first");
-  VITDDP_CHECK(!update_in_backward || hook == "allreduce" || hook == "powersgd" || (hook == "bf16" && precision == "bf16"),
+  VITDDP_CHECK(!update_in_backward || hook == "allreduce" || hook == "powersgd" ||
+                   (hook == "bf16" && precision == "bf16"),
                "--update-in-backward takes --hook allreduce or powersgd, or --hook bf16 with --precision bf16: --hook ",
                hook, (precision != "bf16" ? " on f32 buckets" : ""), " communicates through buffers of its own, which "
                "the compute stream would free while the update stream may still read them");

@@ -38,9 +38,10 @@ namespace vitddp {
 // PowerSGD's first compressed step after the bucket rebuild makes its errors and Q (Q copied
 // from the host) and tunes its products, so with --powersgd-start-iter 2 the fourth step is
 // captured; its compression beside backward is captured with its side stream (Note [PowerSGD
-// beside backward]), and each replay advances the hook's step count (CommHook::replayed). Settings whose work changes from step to step in ways a replay
-// cannot follow turn the graph off at start, named (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the host, so only the
-// captured step has them; the replays have their step range. The capture (a wait for the GPU,
+// beside backward]), and each replay advances the hook's step count (CommHook::replayed).
+// Settings whose work changes from step to step in ways a replay cannot follow turn the graph
+// off at start, named (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the
+// host, so only the captured step has them; the replays have their step range. The capture (a wait for the GPU,
 // then the host's work for one step, then the instantiation) is timed with its step when
 // --warmup is below the captured step's number (3, or PowerSGD's later one). The watchdog times
 // each replay from its launch by the host.

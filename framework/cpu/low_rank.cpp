@@ -83,7 +83,8 @@ void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
     const T* g = grad.data<T>();
     const E* e = error.data<E>();
     E* o = out.data<E>();
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<E>(static_cast<float>(g[i]) + static_cast<float>(e[i]));
+    for (int64_t i = 0; i < out.numel(); ++i)
+      o[i] = static_cast<E>(static_cast<float>(g[i]) + static_cast<float>(e[i]));
   });
 }
 

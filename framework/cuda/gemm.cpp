@@ -46,8 +46,8 @@ struct PlanKeyHash {
     size_t h = 1469598103934665603ull;
     auto mix = [&](int64_t v) { h = (h ^ static_cast<size_t>(v)) * 1099511628211ull; };
     for (int64_t v : {int64_t(key.device), int64_t(key.ta), int64_t(key.tb), key.m, key.n, key.k, key.lda, key.ldb,
-                      key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.c_f32), int64_t(key.epilogue),
-                      int64_t(key.precision), int64_t(key.has_beta), int64_t(key.sm_target)})
+                      key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.c_f32),
+                      int64_t(key.epilogue), int64_t(key.precision), int64_t(key.has_beta), int64_t(key.sm_target)})
       mix(v);
     return h;
   }
