@@ -44,6 +44,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"powersgd-error-dtype", &c.powersgd_error_dtype,
        "PowerSGD's error feedback (and the matrix it compresses) in f32, or in the bucket's dtype as PyTorch's "
        "hook keeps it (bucket: with bf16 training, half the bytes through the hook's passes)"},
+      {"powersgd-products", &c.powersgd_products,
+       "PowerSGD's products P = M Q and Q = M^T P: passes (P fused into the compensation, Q a pass of its own; "
+       "ranks 4 and 8 on a GPU, any on the CPU) or gemm (through cuBLASLt or the CPU's matrix products)"},
       {"grad-as-bucket-view", &c.grad_as_bucket_view,
        "gradients are views into the buckets, no copies (default on; --grad-as-bucket-view=false copies)"},
       {"static-graph", &c.static_graph,
@@ -306,6 +309,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
   VITDDP_CHECK(powersgd_error_dtype == "f32" || powersgd_error_dtype == "bucket",
                "--powersgd-error-dtype must be f32 or bucket, got '", powersgd_error_dtype, "'");
+  VITDDP_CHECK(powersgd_products == "passes" || powersgd_products == "gemm",
+               "--powersgd-products must be passes or gemm, got '", powersgd_products, "'");
   VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
   check_timeout_flag(timeout);
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");

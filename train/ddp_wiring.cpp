@@ -43,6 +43,7 @@ std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
   options.start_iter = config.powersgd_start_iter;
   options.seed = config.seed;
   options.error_in_bucket_dtype = config.powersgd_error_dtype == "bucket";
+  options.bucket_pass_products = config.powersgd_products == "passes";
   // Only a skipped step must leave the state as it was (Note [PowerSGD and skipped steps]).
   options.stage_state = config.nonfinite == "skip";
   return make_powersgd_hook(options);

@@ -12,6 +12,7 @@
 #include "framework/core/tensor_math.h"
 #include "framework/cpu/linear.h"
 #include "framework/cpu/low_rank.h"
+#include "framework/cpu/low_rank_project.h"
 #include "framework/cpu/orthogonalize.h"
 #include "framework/cuda/linear.h"
 #if VITDDP_WITH_CUDA
@@ -80,6 +81,39 @@ void scatter_runs(const Tensor& flat, const BucketRuns& runs, const Tensor& buck
 #endif
 }
 
+// Note [PowerSGD's products as bucket passes] (framework/cuda/low_rank_project.cu).
+bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p,
+                             const Tensor& q, const LowRankGroup& group) {
+  if (grad.device().is_cpu()) return true;
+#if VITDDP_WITH_CUDA
+  return cuda::projection_kernels_take(grad, error, m, p, q, group);
+#else
+  return false;
+#endif
+}
+
+void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& group,
+                            const Tensor& m, const Tensor& p) {
+  if (grad.device().is_cpu()) return cpu::compensate_and_project(grad, error, q, group, m, p);
+#if VITDDP_WITH_CUDA
+  cuda::compensate_and_project(grad, error, q, group, m, p);
+#endif
+}
+
+void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& group, const Tensor& q) {
+  if (m.device().is_cpu()) return cpu::project_transposed(m, p, group, q);
+#if VITDDP_WITH_CUDA
+  cuda::project_transposed(m, p, group, q);
+#endif
+}
+
+void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out) {
+  if (grad.device().is_cpu()) return cpu::add_widened_runs(grad, error, runs, out);
+#if VITDDP_WITH_CUDA
+  cuda::add_widened_runs(grad, error, runs, out);
+#endif
+}
+
 void mark_nonfinite(const Tensor& x, const Tensor& flag) {
   if (x.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
@@ -129,6 +163,9 @@ struct Plan {
   // and bias, the next bias: alignment padding between them, always zero, goes along), copied
   // to and from the flat all-reduce buffer in one launch each way.
   BucketRuns runs;
+  // Every element outside the compressed matrices (the runs above, padding, the gaps between a
+  // group's matrices): what the compensation fused with P = M Q leaves to a pass of its own.
+  BucketRuns outside_matrices;
   int64_t p_numel = 0, q_numel = 0, uncompressed_numel = 0;
   MatrixBatch p_batch;
 };
@@ -191,6 +228,22 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
     plan.groups.push_back(g);
     i = j;
   }
+  std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of each matrix in the bucket
+  for (const Plan::Matrix& mx : plan.matrices)
+    taken.emplace_back(bucket.offsets[mx.tensor], bucket.offsets[mx.tensor] + mx.n * mx.m);
+  std::sort(taken.begin(), taken.end());
+  int64_t at = 0;
+  for (const auto& [begin, end] : taken) {
+    if (begin > at) {
+      plan.outside_matrices.offsets.push_back(at);
+      plan.outside_matrices.numels.push_back(begin - at);
+    }
+    at = std::max(at, end);
+  }
+  if (bucket.buffer.numel() > at) {
+    plan.outside_matrices.offsets.push_back(at);
+    plan.outside_matrices.numels.push_back(bucket.buffer.numel() - at);
+  }
   for (Plan::Matrix& mx : plan.matrices) {  // P and Q blocks in group order: back to back per group
     mx.p_offset = plan.p_numel;
     mx.q_offset = plan.q_numel;
@@ -200,6 +253,21 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
     plan.q_numel += mx.m * o.rank;
   }
   return plan;
+}
+
+// The group's matrices and factors as the bucket passes take them.
+LowRankGroup low_rank_group(const Plan& plan, const Plan::Group& g, const GradBucket& bucket, int64_t rank) {
+  const Plan::Matrix& mx = plan.matrices[g.first];
+  LowRankGroup group;
+  group.count = static_cast<int64_t>(g.count);
+  group.n = mx.n;
+  group.m = mx.m;
+  group.rank = rank;
+  group.offset = bucket.offsets[mx.tensor];
+  group.stride = g.stride;
+  group.p_offset = mx.p_offset;
+  group.q_offset = mx.q_offset;
+  return group;
 }
 
 }  // namespace
@@ -328,19 +396,9 @@ class PowerSgdWork final : public Work {
     PowerSgdHook::Staged& staged = *p_.staged;
     // One pass per group writes the approximation into the bucket and, with error feedback,
     // leaves in `compensated` what was not sent: the compensated local gradient minus it.
-    for (const Plan::Group& g : p_.plan.groups) {
-      const Plan::Matrix& mx = p_.plan.matrices[g.first];
-      LowRankGroup group;
-      group.count = static_cast<int64_t>(g.count);
-      group.n = mx.n;
-      group.m = mx.m;
-      group.rank = p_.rank;
-      group.offset = p_.bucket.offsets[mx.tensor];
-      group.stride = g.stride;
-      group.p_offset = mx.p_offset;
-      group.q_offset = mx.q_offset;
-      expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, p_.compensated, staged.skip);
-    }
+    for (const Plan::Group& g : p_.plan.groups)
+      expand_low_rank(p_.p, p_.q, low_rank_group(p_.plan, g, p_.bucket, p_.rank), p_.bucket.buffer, p_.compensated,
+                      staged.skip);
     if (p_.flat.defined())  // the uncompressed tensors: their plain average
       scatter_runs(p_.flat, p_.plan.runs, p_.bucket.buffer, p_.compensated, staged.skip);
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
@@ -413,15 +471,11 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.staged = staged_;
   // See Note [A 16-bit error].
   const DType m_dtype = options_.error_in_bucket_dtype ? bucket.buffer.dtype() : DType::kF32;
-  if (options_.error_feedback) {  // M = gradient + error, in one pass
+  if (options_.error_feedback) {  // M = gradient + error: the buffers here, the pass below
     if (!st.error.defined()) st.error = Tensor::zeros(bucket.buffer.shape(), m_dtype, device);
     if (st.error.dtype() != m_dtype) st.error = st.error.to(m_dtype);  // resumed with the other setting
     // Staged: into scratch; else in place, the error buffer becoming M and then the new error.
     parts.compensated = options_.stage_state ? Tensor::empty(bucket.buffer.shape(), m_dtype, device) : st.error;
-    add_widened(bucket.buffer, st.error, parts.compensated);
-    parts.work = parts.compensated;
-  } else {
-    parts.work = bucket.buffer.dtype() == m_dtype ? bucket.buffer : bucket.buffer.to(m_dtype);
   }
   // Note [Uncompressed tensors ride with P]
   // The tensors sent as they are (biases, layer norms, poorly compressible matrices) go in P's
@@ -438,6 +492,41 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     } else {
       parts.flat = factor_buffer(bucket.index, u, device);
     }
+  }
+  if (ride_with_p && !parts.p.defined()) parts.p = factor_buffer(bucket.index, parts.plan.p_numel, device);
+  // Q: the same random start on every rank, then (warm start) last step's Q. This step works on
+  // a copy, committed with the error.
+  if (ride_with_p) {
+    auto initial_q = [&] {
+      Tensor q = Tensor::empty({parts.plan.q_numel}, DType::kF32);
+      Generator gen(mix64(options_.seed, bucket.index));
+      fill_normal(q, gen, 0.0, 1.0);
+      return q.to(device);
+    };
+    if (!st.q.defined()) st.q = initial_q();
+    if (options_.warm_start) {
+      parts.q = options_.stage_state ? st.q.clone() : st.q;
+    } else {
+      parts.q = initial_q();
+    }
+  }
+  const int64_t r = options_.rank;
+  // See Note [PowerSGD's products as bucket passes]: with error feedback, the compensation and
+  // P = M Q in one pass per group, Q = M^T P in one of its own, where the kernels take every group.
+  bool passes = options_.bucket_pass_products && options_.error_feedback && ride_with_p;
+  for (const Plan::Group& g : parts.plan.groups)
+    passes = passes && projection_kernels_take(bucket.buffer, st.error, parts.compensated, parts.p, parts.q,
+                                               low_rank_group(parts.plan, g, bucket, r));
+  if (options_.error_feedback) {
+    if (passes)  // the matrices' compensation comes with P below
+      add_widened_runs(bucket.buffer, st.error, parts.plan.outside_matrices, parts.compensated);
+    else
+      add_widened(bucket.buffer, st.error, parts.compensated);
+    parts.work = parts.compensated;
+  } else {
+    parts.work = bucket.buffer.dtype() == m_dtype ? bucket.buffer : bucket.buffer.to(m_dtype);
+  }
+  if (u > 0) {
     // Riding with P: x / world, summed there; alone: averaged by the all-reduce.
     gather_runs(parts.work, parts.plan.runs, ride_with_p ? 1.0 / group.size() : 1.0, parts.flat);
     if (!ride_with_p) parts.flat_work = group.allreduce(parts.flat, ReduceOp::kAvg);
@@ -450,25 +539,20 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     if (!parts.q_work) parts.q_work = group.allreduce(parts.p, ReduceOp::kSum);
     return std::make_shared<PowerSgdWork>(std::move(parts));
   }
-  // Q: the same random start on every rank, then (warm start) last step's Q. This step works on
-  // a copy, committed with the error.
-  auto initial_q = [&] {
-    Tensor q = Tensor::empty({parts.plan.q_numel}, DType::kF32);
-    Generator gen(mix64(options_.seed, bucket.index));
-    fill_normal(q, gen, 0.0, 1.0);
-    return q.to(device);
-  };
-  if (!st.q.defined()) st.q = initial_q();
-  if (options_.warm_start) {
-    parts.q = options_.stage_state ? st.q.clone() : st.q;
-  } else {
-    parts.q = initial_q();
+  if (passes) {
+    for (const Plan::Group& g : parts.plan.groups)  // M = gradient + error and P = M Q
+      compensate_and_project(bucket.buffer, st.error, parts.q, low_rank_group(parts.plan, g, bucket, r),
+                             parts.compensated, parts.p);
+    group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
+    orthogonalize(parts.p, parts.plan.p_batch);
+    for (const Plan::Group& g : parts.plan.groups)  // Q = M^T P
+      project_transposed(parts.work, parts.p, low_rank_group(parts.plan, g, bucket, r), parts.q);
+    parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
+    return std::make_shared<PowerSgdWork>(std::move(parts));
   }
-  if (!parts.p.defined()) parts.p = factor_buffer(bucket.index, parts.plan.p_numel, device);
-  const int64_t r = options_.rank;
-  // The products' operands (Note [A 16-bit error]): a 16-bit M with 16-bit copies of the f32
-  // factors on the GPU, the products written in f32; on the CPU, whose products take one dtype,
-  // an f32 copy of M.
+  // The products through cuBLASLt (or the CPU's), with operands (Note [A 16-bit error]): a
+  // 16-bit M with 16-bit copies of the f32 factors on the GPU, the products written in f32; on
+  // the CPU, whose products take one dtype, an f32 copy of M.
   const bool narrow_m = parts.work.dtype() != DType::kF32;
   const Tensor m_operand = narrow_m && device.is_cpu() ? parts.work.to(DType::kF32) : parts.work;
   const auto factor_operand = [&](const Tensor& factor, int64_t numel) {

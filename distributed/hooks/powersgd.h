@@ -32,6 +32,10 @@ struct PowerSgdOptions {
   // keeps it, instead of f32: with 16-bit buckets the hook's passes over the bucket move about
   // half the bytes (Note [A 16-bit error] in the .cpp). --powersgd-error-dtype bucket.
   bool error_in_bucket_dtype = false;
+  // With error feedback, P = M Q fused into the compensation and Q = M^T P as a pass of its own
+  // (Note [PowerSGD's products as bucket passes]) where the kernels take the bucket's groups;
+  // off, both products go through the matrix-product library. --powersgd-products.
+  bool bucket_pass_products = true;
 };
 
 // The run's PowerSGD state: per bucket, the error-feedback buffer and the Q factors. It differs

@@ -13,15 +13,19 @@ int64_t BucketRuns::total() const {
   return sum;
 }
 
-void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op,
-                       const Tensor& residual) {
-  if (residual.defined())
-    VITDDP_CHECK(residual.numel() == bucket.numel(), op, ": ", residual.description(), " vs ", bucket.description());
+void check_runs_inside(const BucketRuns& runs, const Tensor& bucket, const char* op) {
   VITDDP_CHECK(runs.offsets.size() == runs.numels.size(), op, ": ", runs.offsets.size(), " run offsets but ",
                runs.numels.size(), " lengths");
   for (size_t i = 0; i < runs.offsets.size(); ++i)
     VITDDP_CHECK(runs.offsets[i] >= 0 && runs.numels[i] >= 0 && runs.offsets[i] + runs.numels[i] <= bucket.numel(),
                  op, ": run ", i, " [", runs.offsets[i], ", +", runs.numels[i], ") outside ", bucket.description());
+}
+
+void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op,
+                       const Tensor& residual) {
+  if (residual.defined())
+    VITDDP_CHECK(residual.numel() == bucket.numel(), op, ": ", residual.description(), " vs ", bucket.description());
+  check_runs_inside(runs, bucket, op);
   VITDDP_CHECK(flat.numel() == runs.total(), op, ": ", flat.description(), " for runs of ", runs.total(),
                " elements");
 }

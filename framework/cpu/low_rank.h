@@ -30,6 +30,8 @@ struct BucketRuns {
   int64_t total() const;
 };
 
+// Throws vitddp::Error when a run lies outside the bucket.
+void check_runs_inside(const BucketRuns& runs, const Tensor& bucket, const char* op);
 // Throws vitddp::Error when runs lie outside the bucket, flat does not hold them all, or a
 // defined residual is not laid out like the bucket.
 void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tensor& flat, const char* op,

@@ -52,6 +52,16 @@ void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
   throw Error(std::string(op) + ": CUDA kernels support f32, bf16 and f16, got " + dtype_name(dtype));
 }
 
+// Calls fn(T{}, E{}) for a bucket of type T (as dispatch_floating) and a buffer beside it of f32
+// or T, whichever `wide` is (PowerSGD's error feedback; checked by the caller).
+template <typename Fn>
+void dispatch_bucket_and_error(DType bucket, DType wide, const char* op, Fn&& fn) {
+  dispatch_floating(bucket, op, [&](auto zero) {
+    if (wide == DType::kF32) return fn(zero, float{});
+    fn(zero, zero);
+  });
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

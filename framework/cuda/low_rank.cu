@@ -5,6 +5,7 @@
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/op_profiler.h"
+#include "framework/cuda/run_table.cuh"
 #include "framework/cuda/stream.h"
 
 namespace vitddp::cuda {
@@ -147,15 +148,6 @@ __global__ void __launch_bounds__(256) expand_rows_kernel(const float* __restric
   if (bad) *flag = 1;
 }
 
-// The places of up to kRunsPerLaunch runs, by value: uploading them from pageable host memory
-// could make the host wait for the stream (see orthogonalize.cu).
-constexpr int kRunsPerLaunch = 96;  // 2.3 KB of arguments
-struct RunTable {
-  int64_t bucket_at[kRunsPerLaunch];
-  int64_t flat_at[kRunsPerLaunch];
-  int64_t numel[kRunsPerLaunch];
-};
-
 // blockIdx.y: the run; blocks along x share its elements.
 template <typename S>
 __global__ void gather_runs_kernel(const S* src, float* flat, RunTable t, float scale) {
@@ -186,27 +178,6 @@ __global__ void scatter_runs_kernel(const float* flat, T* bucket, R* residual, R
   if (bad) *flag = 1;
 }
 
-// Calls launch(table, runs_in_table, blocks_along_x) per chunk of kRunsPerLaunch runs.
-template <typename Launch>
-void for_run_tables(const BucketRuns& runs, Launch&& launch) {
-  int64_t flat_at = 0;
-  for (size_t first = 0; first < runs.offsets.size(); first += kRunsPerLaunch) {
-    const size_t count = std::min<size_t>(kRunsPerLaunch, runs.offsets.size() - first);
-    RunTable table{};
-    int64_t longest = 0;
-    for (size_t i = 0; i < count; ++i) {
-      table.bucket_at[i] = runs.offsets[first + i];
-      table.flat_at[i] = flat_at;
-      table.numel[i] = runs.numels[first + i];
-      flat_at += table.numel[i];
-      longest = std::max(longest, table.numel[i]);
-    }
-    if (longest == 0) continue;
-    const unsigned along = static_cast<unsigned>(std::min<int64_t>((longest + kThreads - 1) / kThreads, 64));
-    launch(table, static_cast<unsigned>(count), along);
-  }
-}
-
 void check_f32(const Tensor& t, const char* op) {
   check_tensor(t.dtype() == DType::kF32 && t.is_contiguous() && t.device().is_cuda(), op,
                "a contiguous f32 CUDA tensor", t);
@@ -216,15 +187,6 @@ void check_f32(const Tensor& t, const char* op) {
 void check_error_buffer(const Tensor& t, DType bucket, const char* op) {
   check_tensor((t.dtype() == DType::kF32 || t.dtype() == bucket) && t.is_contiguous() && t.device().is_cuda(), op,
                (std::string("a contiguous f32 or ") + dtype_name(bucket) + " CUDA tensor").c_str(), t);
-}
-
-// Calls fn(T{}, E{}) for a bucket of type T and an error buffer of f32 or T (checked before).
-template <typename Fn>
-void dispatch_bucket_and_error(DType bucket, DType error, const char* op, Fn&& fn) {
-  dispatch_floating(bucket, op, [&](auto zero) {
-    if (error == DType::kF32) return fn(zero, float{});
-    fn(zero, zero);
-  });
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "common/gpu.h"
 #include "common/test_utils.h"
 #include "framework/cpu/low_rank.h"
+#include "framework/cpu/low_rank_project.h"
 #include "framework/cpu/orthogonalize.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/check.h"
@@ -78,8 +79,74 @@ TEST(LowRankGpu, FusedPassesMatchTheCpu) {
 #endif
 }
 
+// Note [PowerSGD's products as bucket passes]: the compensation fused with P = M Q, and Q = M^T P
+// in row blocks of 128 summed by a second launch, against the CPU. Rows of 1024 to 4096 (1 to 8
+// column slabs of 512), 5 to 300 rows (one to three row blocks; a warp's second row missing),
+// f32 and bf16 buckets with f32 and bf16 errors, ranks 4 and 8, M apart and in place (the error
+// becoming M); groups the kernels do not take are named as such and refused.
+TEST(LowRankGpu, ProjectionPassesMatchTheCpu) {
+  VITDDP_REQUIRE_GPU();
+#if VITDDP_WITH_CUDA
+  const Device gpu = Device::cuda(0);
+  Generator gen(13);
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (DType error_dtype : {DType::kF32, dtype})
+      for (int64_t rank : {4, 8})
+        for (auto [m, n] : {std::pair<int64_t, int64_t>{1024, 5}, {12, 21}, {2048, 129}, {1024, 300}, {4096, 17}})
+          for (bool in_place : {false, true}) {
+            if (dtype == DType::kF32 && error_dtype != dtype) continue;  // f32 listed once
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + " error " + dtype_name(error_dtype) + " rank " +
+                         std::to_string(rank) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                         (in_place ? " in place" : ""));
+            LowRankGroup g;
+            g.count = 3, g.n = n, g.m = m, g.rank = rank, g.offset = 16, g.stride = n * m + 8;
+            g.p_offset = 4, g.q_offset = 8;
+            const int64_t numel = g.offset + 3 * g.stride + 4;
+            Tensor grad = testing::random_tensor({numel}, gen, DType::kF32).to(dtype);
+            Tensor error = testing::random_tensor({numel}, gen, DType::kF32).to(error_dtype);
+            Tensor q = testing::random_tensor({g.q_offset + 3 * m * rank}, gen, DType::kF32);
+            Tensor p0 = testing::random_tensor({g.p_offset + 3 * n * rank}, gen, DType::kF32);
+            Tensor m0 = testing::random_tensor({numel}, gen, DType::kF32).to(error_dtype);
+
+            Tensor cpu_m = in_place ? error.clone() : m0.clone(), cpu_p = p0.clone();
+            cpu::compensate_and_project(grad, in_place ? cpu_m : error, q, g, cpu_m, cpu_p);
+            Tensor gpu_error = error.to(gpu), gpu_q = q.to(gpu), gpu_p = p0.to(gpu);
+            Tensor gpu_m = in_place ? gpu_error : m0.to(gpu);
+            const Tensor gpu_grad = grad.to(gpu);
+            ASSERT_TRUE(cuda::projection_kernels_take(gpu_grad, gpu_error, gpu_m, gpu_p, gpu_q, g));
+            cuda::compensate_and_project(gpu_grad, gpu_error, gpu_q, g, gpu_m, gpu_p);
+            EXPECT_EQ(gpu_m.to_vector(), cpu_m.to_vector());  // one rounding of the same sum, and gaps untouched
+            EXPECT_LE(worst_relative_diff(gpu_p.to(Device::cpu()), cpu_p), 1e-4);  // summation order only
+
+            Tensor cpu_q = q.clone();
+            cpu::project_transposed(cpu_m, cpu_p, g, cpu_q);
+            cuda::project_transposed(gpu_m, gpu_p, g, gpu_q);
+            EXPECT_LE(worst_relative_diff(gpu_q.to(Device::cpu()), cpu_q), 1e-4);
+            const std::vector<double> before = q.to_vector(), after = cpu_q.to_vector();
+            EXPECT_EQ(gpu_q.to_vector()[0], before[0]);  // before the group's Q
+            EXPECT_NE(after[g.q_offset], before[g.q_offset]);
+          }
+  // Not taken: rank 3; a bf16 bucket's group starting off a quad; Q's rows off a quad.
+  LowRankGroup g;
+  g.count = 1, g.n = 8, g.m = 16, g.rank = 4, g.offset = 0, g.stride = 128, g.p_offset = 0, g.q_offset = 0;
+  Tensor grad = Tensor::zeros({200}, DType::kBF16, gpu), error = Tensor::zeros({200}, DType::kBF16, gpu);
+  Tensor p = Tensor::zeros({64}, DType::kF32, gpu), q = Tensor::zeros({80}, DType::kF32, gpu);
+  EXPECT_TRUE(cuda::projection_kernels_take(grad, error, error, p, q, g));
+  LowRankGroup rank3 = g, shifted = g, q_shifted = g;
+  rank3.rank = 3;
+  shifted.offset = 2;
+  q_shifted.q_offset = 2;
+  for (const LowRankGroup& bad : {rank3, shifted, q_shifted}) {
+    EXPECT_FALSE(cuda::projection_kernels_take(grad, error, error, p, q, bad));
+    EXPECT_THROW(cuda::compensate_and_project(grad, error, q, bad, error, p), Error);
+    EXPECT_THROW(cuda::project_transposed(error, p, bad, q), Error);
+  }
+#endif
+}
+
 // The uncompressed tensors of a bucket: more runs than one launch takes (96), some empty, one
-// longer than a block's grid row; GPU against CPU, bf16 bucket, residual and flag.
+// longer than a block's grid row; GPU against CPU, bf16 bucket, residual and flag; and the
+// compensation over the same runs.
 TEST(LowRankGpu, RunsGatherAndScatterMatchTheCpu) {
   VITDDP_REQUIRE_GPU();
 #if VITDDP_WITH_CUDA
@@ -111,6 +178,13 @@ TEST(LowRankGpu, RunsGatherAndScatterMatchTheCpu) {
   EXPECT_EQ(gpu_residual.to_vector(), cpu_residual.to_vector());
   EXPECT_EQ(gpu_flag.to_vector()[0], 0);
   EXPECT_NE(cpu_bucket.to_vector(), bucket.to_vector());  // something was written
+
+  // The compensation outside PowerSGD's matrices: grad + error over the runs only.
+  Tensor error = testing::random_tensor({numel}, gen, DType::kF32);
+  Tensor cpu_out = testing::random_tensor({numel}, gen, DType::kF32), gpu_out = cpu_out.to(gpu);
+  cpu::add_widened_runs(bucket, error, runs, cpu_out);
+  cuda::add_widened_runs(bucket.to(gpu), error.to(gpu), runs, gpu_out);
+  EXPECT_EQ(gpu_out.to_vector(), cpu_out.to_vector());
 #endif
 }
 

@@ -1,0 +1,254 @@
+#include "framework/cpu/low_rank_project.h"
+
+#include "framework/cuda/check.h"
+#include "framework/cuda/kernel_utils.cuh"
+#include "framework/cuda/op_profiler.h"
+#include "framework/cuda/run_table.cuh"
+#include "framework/cuda/stream.h"
+
+namespace vitddp::cuda {
+namespace {
+
+// Note [PowerSGD's products as bucket passes]
+// P = M Q and Q = M^T P with rank 4 are matrix-vector products in all but name: each reads the
+// whole of M for 4 (or 8) multiply-adds an element. Through cuBLASLt (bf16 M, 16-bit copies of
+// the factors) both together read ViT-L's 1.2 GB of bf16 M at about 2 TB/s (0.59 ms a step,
+// ab1cb95), while the compensation, a plain pass, streams 4.1 TB/s. So:
+// - P = M Q is fused into the compensation: a warp takes two rows of a matrix, its lanes walk
+//   the columns in quads, write M = gradient + error and multiply the stored M by Q's rows
+//   (read through L1: every warp of a block reads the same ones, and the two rows share each
+//   read); one warp sum per row of P at the end. M is read once less, and P costs no pass.
+// - Q = M^T P: a block takes 512 columns and 128 rows of one matrix, its threads a quad of
+//   columns each, P's 128 rows in shared memory; each writes its partial sums, and a second
+//   launch adds the row blocks' partials in order (no atomics: a CUDA graph's replay gives the
+//   eager step's bits). The partials are r / 128 of M's elements in f32 (3-6% of its bytes).
+// Both compute in f32 from M as stored, with Q and P in f32 (the cuBLASLt path rounded them to
+// 16 bits for a 16-bit M).
+constexpr int kProjectWarps = 8;
+constexpr int kRowsPerWarp = 2;
+constexpr int kProjectRows = kProjectWarps * kRowsPerWarp;  // rows of one matrix a block
+constexpr int kTransposedThreads = 128;                     // a quad of columns each
+constexpr int kChunkRows = 128;                             // rows a block of the Q product sums
+
+// Q's (or P's) kRank values of one row, as quads.
+template <int kRank>
+__device__ __forceinline__ void load_row(const float* __restrict__ src, float (&out)[kRank]) {
+#pragma unroll
+  for (int t = 0; t < kRank; t += 4) {
+    const float4 w = __ldg(reinterpret_cast<const float4*>(src + t));
+    out[t] = w.x, out[t + 1] = w.y, out[t + 2] = w.z, out[t + 3] = w.w;
+  }
+}
+
+// error and m may be one buffer (the in-place error becoming M): each element is read before
+// the same thread writes it, and neither is declared unaliased.
+template <typename T, typename E, int kRank>
+__global__ void __launch_bounds__(kProjectWarps * 32)
+    compensate_project_kernel(const T* __restrict__ grad, const E* error, const float* __restrict__ q, int64_t n,
+                              int64_t m, int64_t stride, E* mo, float* __restrict__ p) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t blocks_per_matrix = (n + kProjectRows - 1) / kProjectRows;
+  const int64_t k = blockIdx.x / blocks_per_matrix;
+  const int64_t first = (blockIdx.x % blocks_per_matrix) * kProjectRows + warp * kRowsPerWarp;
+  if (first >= n) return;
+  const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
+  const float* qk = q + k * m * kRank;
+  const int64_t base = k * stride + first * m;
+  float acc[kRowsPerWarp][kRank] = {};
+#pragma unroll 2
+  for (int64_t jq = lane; jq < m / 4; jq += 32) {
+    float g[kRowsPerWarp][4], e[kRowsPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)  // every load before the first store (error may be m)
+      if (i < rows) {
+        load_pack<4>(grad + base + i * m, jq, g[i]);
+        load_pack<4>(error + base + i * m, jq, e[i]);
+      }
+    float qv[4][kRank];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) load_row<kRank>(qk + (jq * 4 + c) * kRank, qv[c]);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      if (i < rows) {
+        float v[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] = to_f(from_f<E>(g[i][c] + e[i][c]));  // M as stored
+        store_pack<4>(mo + base + i * m, jq, v);
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+#pragma unroll
+          for (int t = 0; t < kRank; ++t) acc[i][t] += v[c] * qv[c][t];
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+    for (int t = 0; t < kRank; ++t) acc[i][t] = warp_sum(acc[i][t]);
+  if (lane == 0)
+    for (int i = 0; i < rows; ++i)
+#pragma unroll
+      for (int t = 0; t < kRank; ++t) p[(k * n + first + i) * kRank + t] = acc[i][t];
+}
+
+// partial[k][chunk][j][t] := sum over the chunk's rows i of M_k[i][j] P_k[i][t].
+template <typename E, int kRank>
+__global__ void __launch_bounds__(kTransposedThreads)
+    project_transposed_partial_kernel(const E* __restrict__ mi, const float* __restrict__ p, int64_t n, int64_t m,
+                                      int64_t stride, int64_t chunks, int64_t slabs, float* __restrict__ partial) {
+  __shared__ float p_rows[kChunkRows * kRank];
+  const int64_t slab = blockIdx.x % slabs, chunk = (blockIdx.x / slabs) % chunks, k = blockIdx.x / slabs / chunks;
+  const int64_t row0 = chunk * kChunkRows;
+  const int rows = n - row0 < kChunkRows ? static_cast<int>(n - row0) : kChunkRows;
+  for (int t = threadIdx.x; t < rows * kRank; t += blockDim.x) p_rows[t] = p[(k * n + row0) * kRank + t];
+  __syncthreads();
+  const int64_t jq = slab * kTransposedThreads + threadIdx.x;
+  if (jq >= m / 4) return;
+  const E* col = mi + k * stride + row0 * m;
+  float acc[4][kRank] = {};
+#pragma unroll 8
+  for (int i = 0; i < rows; ++i) {
+    float v[4];
+    load_pack<4>(col + i * m, jq, v);
+#pragma unroll
+    for (int t = 0; t < kRank; ++t) {
+      const float pt = p_rows[i * kRank + t];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[c][t] += v[c] * pt;  // i ascending within the chunk
+    }
+  }
+  float* out = partial + ((k * chunks + chunk) * m + jq * 4) * kRank;
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+#pragma unroll
+    for (int t = 0; t < kRank; t += 4)
+      reinterpret_cast<float4*>(out + c * kRank)[t / 4] =
+          make_float4(acc[c][t], acc[c][t + 1], acc[c][t + 2], acc[c][t + 3]);
+}
+
+// q[k][j][t] := the sum of partial[k][chunk][j][t] over the chunks, in chunk order; in quads.
+__global__ void sum_partials_kernel(const float* __restrict__ partial, int64_t count, int64_t chunks,
+                                    int64_t per_matrix, float* __restrict__ q) {
+  const int64_t quads = count * per_matrix / 4;
+  VITDDP_GRID_STRIDE_LOOP(x, quads) {
+    const int64_t k = x * 4 / per_matrix, within = x * 4 % per_matrix;
+    const float* src = partial + k * chunks * per_matrix + within;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float4 w = *reinterpret_cast<const float4*>(src + c * per_matrix);
+      sum.x += w.x, sum.y += w.y, sum.z += w.z, sum.w += w.w;
+    }
+    *reinterpret_cast<float4*>(q + k * per_matrix + within) = sum;
+  }
+}
+
+template <typename T, typename E>
+__global__ void add_widened_runs_kernel(const T* grad, const E* error, E* out, RunTable t) {
+  const int run = blockIdx.y;
+  const int64_t at = t.bucket_at[run];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[at + i] = from_f<E>(to_f(grad[at + i]) + to_f(error[at + i]));
+}
+
+bool aligned_at(const Tensor& t, int64_t offset) {
+  return quad_aligned(static_cast<const char*>(t.data_ptr()) + offset * dtype_size(t.dtype()), dtype_size(t.dtype()));
+}
+
+void check_taken(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p, const Tensor& q,
+                 const LowRankGroup& g, const char* op) {
+  check_projection(grad, error, m, p, q, g, op);
+  VITDDP_CHECK(grad.device().is_cuda(), op, ": cuda:: takes CUDA tensors, got ", grad.description());
+  VITDDP_CHECK(projection_kernels_take(grad, error, m, p, q, g), op,
+               ": the kernels take ranks 4 and 8 with rows of whole, aligned quads (rank ", g.rank, ", ", g.n, " x ",
+               g.m, ", stride ", g.stride, ")");
+}
+
+}  // namespace
+
+bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p,
+                             const Tensor& q, const LowRankGroup& g) {
+  if (g.rank != 4 && g.rank != 8) return false;
+  if (g.m % 4 != 0 || g.stride % 4 != 0 || g.count < 1 || g.n < 1) return false;
+  if (g.count * ((g.n + kProjectRows - 1) / kProjectRows) > int64_t(0x7fffffff)) return false;
+  if (g.count * ((g.n + kChunkRows - 1) / kChunkRows) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
+      int64_t(0x7fffffff))
+    return false;
+  for (const Tensor* t : {&grad, &error, &m})
+    if (!t->defined() || !t->device().is_cuda() || !aligned_at(*t, g.offset)) return false;
+  // P's and Q's rows are rank (a multiple of 4) apart: aligned once the first is.
+  return aligned_at(p, g.p_offset) && aligned_at(q, g.q_offset);
+}
+
+void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& g,
+                            const Tensor& m, const Tensor& p) {
+  check_taken(grad, error, m, p, q, g, "compensate_and_project");
+  OpScope scope("powersgd compensate");
+  dispatch_bucket_and_error(grad.dtype(), m.dtype(), "compensate_and_project", [&](auto zero, auto error_zero) {
+    using T = decltype(zero);
+    using E = decltype(error_zero);
+    const T* gr = static_cast<const T*>(grad.data_ptr()) + g.offset;
+    const E* e = static_cast<const E*>(error.data_ptr()) + g.offset;
+    E* mo = static_cast<E*>(m.data_ptr()) + g.offset;
+    const float* qq = q.data<float>() + g.q_offset;
+    float* pp = p.data<float>() + g.p_offset;
+    const unsigned blocks = static_cast<unsigned>(g.count * ((g.n + kProjectRows - 1) / kProjectRows));
+    if (g.rank == 4)
+      compensate_project_kernel<T, E, 4>
+          <<<blocks, kProjectWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
+    else
+      compensate_project_kernel<T, E, 8>
+          <<<blocks, kProjectWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g, const Tensor& q) {
+  check_taken(m, m, m, p, q, g, "project_transposed");
+  OpScope scope("powersgd products");
+  const int64_t chunks = (g.n + kChunkRows - 1) / kChunkRows;
+  const int64_t slabs = (g.m / 4 + kTransposedThreads - 1) / kTransposedThreads;
+  const int64_t per_matrix = g.m * g.rank;
+  // Freed on this stream when the call returns: stream-ordered, before anything later on it.
+  Tensor partial = Tensor::empty({g.count * chunks * per_matrix}, DType::kF32, m.device());
+  dispatch_floating(m.dtype(), "project_transposed", [&](auto zero) {
+    using E = decltype(zero);
+    const E* mi = static_cast<const E*>(m.data_ptr()) + g.offset;
+    const float* pp = p.data<float>() + g.p_offset;
+    const unsigned blocks = static_cast<unsigned>(g.count * chunks * slabs);
+    if (g.rank == 4)
+      project_transposed_partial_kernel<E, 4><<<blocks, kTransposedThreads, 0, current_stream()>>>(
+          mi, pp, g.n, g.m, g.stride, chunks, slabs, partial.data<float>());
+    else
+      project_transposed_partial_kernel<E, 8><<<blocks, kTransposedThreads, 0, current_stream()>>>(
+          mi, pp, g.n, g.m, g.stride, chunks, slabs, partial.data<float>());
+    CUDA_CHECK_LAUNCH();
+  });
+  sum_partials_kernel<<<grid_for(g.count * per_matrix / 4), kThreads, 0, current_stream()>>>(
+      partial.data<float>(), g.count, chunks, per_matrix, q.data<float>() + g.q_offset);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out) {
+  check_tensor(grad.is_contiguous() && grad.device().is_cuda(), "add_widened_runs", "a contiguous CUDA gradient",
+               grad);
+  check_runs_inside(runs, grad, "add_widened_runs");
+  for (const Tensor* t : {&error, &out})
+    VITDDP_CHECK(t->is_contiguous() && t->device() == grad.device() && t->numel() == grad.numel() &&
+                     (t->dtype() == DType::kF32 || t->dtype() == grad.dtype()),
+                 "add_widened_runs: ", t->description(), " is not an f32 or ", dtype_name(grad.dtype()),
+                 " CUDA buffer like ", grad.description());
+  VITDDP_CHECK(error.dtype() == out.dtype(), "add_widened_runs: ", error.description(), " vs ", out.description());
+  OpScope scope("powersgd compensate");
+  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened_runs", [&](auto zero, auto error_zero) {
+    using T = decltype(zero);
+    using E = decltype(error_zero);
+    for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
+      add_widened_runs_kernel<T, E><<<dim3(along, count), kThreads, 0, current_stream()>>>(
+          static_cast<const T*>(grad.data_ptr()), static_cast<const E*>(error.data_ptr()),
+          static_cast<E*>(out.data_ptr()), table);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace vitddp::cuda
