@@ -91,61 +91,88 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
 }
 
 // Note [The expansion's Q reads]
-// Ranks 4 and 8 in quads: a block takes kExpandRows rows of one matrix; each thread keeps its
-// four columns' Q values (4 r floats) in registers and runs down the rows, P's rows read from
-// shared memory. The one-row kernel above reads those Q values again for every row: 16 bytes
-// of Q from L1/L2 per element for 10 bytes of DRAM traffic (f32 residual), which held it at
-// 43% of DRAM bandwidth (ncu, 73303c7). Eight rows a block with the rows unrolled needed 87
-// registers a thread (23% occupancy) and was no faster; here the row loop is unrolled by two only,
-// the residual's rows declared unaliased so that the next row's load is issued before this
-// row's stores (the rolled loop, one load in flight a thread, streamed 2.7 TB/s at 6932f8e).
-constexpr int kExpandRows = 8;
+// Ranks 4 and 8 in quads. The one-row kernel above reads Q's values again for every row: 16
+// bytes of Q from L1/L2 per element for 10 bytes of DRAM traffic (f32 residual), which held it
+// at 43% of DRAM bandwidth (ncu, 73303c7). A block of eight rows with each thread's Q values in
+// registers (6932f8e-f326d61) streamed 2.7 TB/s: 64-87 registers a thread, and one residual
+// load in flight a row. Here, as in the compensation fused with P = M Q (Note [PowerSGD's
+// products as bucket passes], low_rank_project.cu): a warp takes two rows, holds their P rows
+// in registers and reads each Q row once for both (through L1, where every warp of the block
+// reads the same ones); each lane takes two quads of both rows at a time, their residual loads
+// issued before the first store.
+constexpr int kExpandWarps = 8;
+constexpr int kExpandRowsPerWarp = 2;
+constexpr int kExpandRows = kExpandWarps * kExpandRowsPerWarp;  // rows of one matrix a block
+
+template <int kRank>
+__device__ __forceinline__ void load_factor_row(const float* __restrict__ src, float (&out)[kRank]) {
+#pragma unroll
+  for (int t = 0; t < kRank; t += 4) {
+    const float4 w = __ldg(reinterpret_cast<const float4*>(src + t));
+    out[t] = w.x, out[t + 1] = w.y, out[t + 2] = w.z, out[t + 3] = w.w;
+  }
+}
+
 template <typename T, typename R, int kRank>
-__global__ void __launch_bounds__(256) expand_rows_kernel(const float* __restrict__ p, const float* __restrict__ q,
-                                                          int64_t n, int64_t m, int64_t stride, T* __restrict__ out,
-                                                          R* __restrict__ residual, unsigned long long* flag) {
-  __shared__ float p_rows[kExpandRows * kRank];
+__global__ void __launch_bounds__(kExpandWarps * 32)
+    expand_rows_kernel(const float* __restrict__ p, const float* __restrict__ q, int64_t n, int64_t m, int64_t stride,
+                       T* __restrict__ out, R* __restrict__ residual, unsigned long long* flag) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t blocks_per_matrix = (n + kExpandRows - 1) / kExpandRows;
-  const int64_t k = blockIdx.x / blocks_per_matrix, first = (blockIdx.x % blocks_per_matrix) * kExpandRows;
-  const int rows = n - first < kExpandRows ? static_cast<int>(n - first) : kExpandRows;
-  const float* pk = p + (k * n + first) * kRank;
-  for (int t = threadIdx.x; t < rows * kRank; t += blockDim.x) p_rows[t] = pk[t];
-  __syncthreads();
+  const int64_t k = blockIdx.x / blocks_per_matrix;
+  const int64_t first = (blockIdx.x % blocks_per_matrix) * kExpandRows + warp * kExpandRowsPerWarp;
+  if (first >= n) return;
+  const int rows = n - first < kExpandRowsPerWarp ? static_cast<int>(n - first) : kExpandRowsPerWarp;
+  float pr[kExpandRowsPerWarp][kRank];
+#pragma unroll
+  for (int i = 0; i < kExpandRowsPerWarp; ++i)  // a missing second row repeats the first, unused
+    load_factor_row<kRank>(p + (k * n + first + (i < rows ? i : 0)) * kRank, pr[i]);
   const float* qk = q + k * m * kRank;
-  T* __restrict__ o = out + k * stride + first * m;
-  R* __restrict__ res = residual ? residual + k * stride + first * m : nullptr;
+  const int64_t base = k * stride + first * m;
+  T* o = out + base;
+  R* res = residual ? residual + base : nullptr;
+  const int64_t quads = m / 4;
   bool bad = false;
-  for (int64_t jq = threadIdx.x; jq < m / 4; jq += blockDim.x) {
-    float qv[4][kRank];
+  for (int64_t jq0 = lane; jq0 < quads; jq0 += 64) {
+    const bool both = jq0 + 32 < quads;
+    float rv[2][kExpandRowsPerWarp][4];
+    if (res) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
+      for (int u = 0; u < 2; ++u)
 #pragma unroll
-      for (int t = 0; t < kRank; t += 4) {
-        float w[4];
-        load_pack<4>(qk + (jq * 4 + c) * kRank + t, 0, w);
+        for (int i = 0; i < kExpandRowsPerWarp; ++i)
+          if ((u == 0 || both) && i < rows) load_pack<4>(res + i * m, jq0 + 32 * u, rv[u][i]);
+    }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) qv[c][t + u] = w[u];
+    for (int u = 0; u < 2; ++u) {
+      if (u == 1 && !both) break;
+      const int64_t jq = jq0 + 32 * u;
+      float approx[kExpandRowsPerWarp][4] = {};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float qv[kRank];
+        load_factor_row<kRank>(qk + (jq * 4 + c) * kRank, qv);
+#pragma unroll
+        for (int i = 0; i < kExpandRowsPerWarp; ++i)
+#pragma unroll
+          for (int t = 0; t < kRank; ++t) approx[i][c] += pr[i][t] * qv[t];  // t ascending
       }
-#pragma unroll 2
-    for (int i = 0; i < rows; ++i) {
-      float approx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < kExpandRowsPerWarp; ++i)
+        if (i < rows) {
+          store_pack<4>(o + i * m, jq, approx[i]);
+          if (res) {
 #pragma unroll
-        for (int t = 0; t < kRank; ++t) approx[c] += p_rows[i * kRank + t] * qv[c][t];  // t ascending
-      store_pack<4>(o + i * m, jq, approx);
-      if (res) {
-        float v[4];
-        load_pack<4>(res + i * m, jq, v);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) v[c] = to_f(from_f<R>(v[c] - approx[c]));  // as stored
-#pragma unroll
-        for (int c = 0; c < 4; ++c) bad |= !isfinite(v[c]);
-        store_pack<4>(res + i * m, jq, v);
-      }
+            for (int c = 0; c < 4; ++c) {
+              rv[u][i][c] = to_f(from_f<R>(rv[u][i][c] - approx[i][c]));  // as stored: 16 bits may round to Inf
+              bad |= !isfinite(rv[u][i][c]);
+            }
+            store_pack<4>(res + i * m, jq, rv[u][i]);
+          }
+        }
     }
   }
-  if (bad) *flag = 1;
+  if (bad) *flag = 1;  // every writer writes the same value
 }
 
 // blockIdx.y: the run; blocks along x share its elements.
@@ -256,10 +283,10 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
       const int64_t blocks = g.count * ((g.n + kExpandRows - 1) / kExpandRows);
       VITDDP_CHECK(blocks <= int64_t(0x7fffffff), "expand_low_rank: too many blocks for one launch");
       if (g.rank == 4)
-        expand_rows_kernel<T, R, 4><<<static_cast<unsigned>(blocks), threads, 0, current_stream()>>>(
+        expand_rows_kernel<T, R, 4><<<static_cast<unsigned>(blocks), kExpandWarps * 32, 0, current_stream()>>>(
             pp, qq, g.n, g.m, g.stride, o, res, bad);
       else
-        expand_rows_kernel<T, R, 8><<<static_cast<unsigned>(blocks), threads, 0, current_stream()>>>(
+        expand_rows_kernel<T, R, 8><<<static_cast<unsigned>(blocks), kExpandWarps * 32, 0, current_stream()>>>(
             pp, qq, g.n, g.m, g.stride, o, res, bad);
     } else {
       const unsigned rows = static_cast<unsigned>(g.count * g.n);

@@ -40,12 +40,14 @@ __device__ __forceinline__ void load_row(const float* __restrict__ src, float (&
   }
 }
 
-// error and m may be one buffer (the in-place error becoming M): each element is read before
-// the same thread writes it, and neither is declared unaliased.
-template <typename T, typename E, int kRank>
+// Each lane takes two quads of each of its warp's two rows at a time, their eight loads issued
+// before the first store (f32 rows: sixteen). In place (--nonfinite stop: the error buffer
+// becomes M) the error is read through the same unaliased pointer M is written through, so
+// the compiler may still move the next loads above this quad's stores.
+template <typename T, typename E, int kRank, bool kInPlace>
 __global__ void __launch_bounds__(kProjectWarps * 32)
-    compensate_project_kernel(const T* __restrict__ grad, const E* error, const float* __restrict__ q, int64_t n,
-                              int64_t m, int64_t stride, E* mo, float* __restrict__ p) {
+    compensate_project_kernel(const T* __restrict__ grad, const E* __restrict__ error, const float* __restrict__ q,
+                              int64_t n, int64_t m, int64_t stride, E* __restrict__ mo, float* __restrict__ p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t blocks_per_matrix = (n + kProjectRows - 1) / kProjectRows;
   const int64_t k = blockIdx.x / blocks_per_matrix;
@@ -54,40 +56,57 @@ __global__ void __launch_bounds__(kProjectWarps * 32)
   const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
   const float* qk = q + k * m * kRank;
   const int64_t base = k * stride + first * m;
+  const T* gr = grad + base;
+  const E* src = kInPlace ? mo + base : error + base;
+  E* dst = mo + base;
+  const int64_t quads = m / 4;
   float acc[kRowsPerWarp][kRank] = {};
-#pragma unroll 2
-  for (int64_t jq = lane; jq < m / 4; jq += 32) {
-    float g[kRowsPerWarp][4], e[kRowsPerWarp][4];
+  for (int64_t jq0 = lane; jq0 < quads; jq0 += 64) {
+    const bool both = jq0 + 32 < quads;
+    float v[2][kRowsPerWarp][4];
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i)  // every load before the first store (error may be m)
-      if (i < rows) {
-        load_pack<4>(grad + base + i * m, jq, g[i]);
-        load_pack<4>(error + base + i * m, jq, e[i]);
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        if ((u == 0 || both) && i < rows) {
+          float e[4];
+          load_pack<4>(gr + i * m, jq0 + 32 * u, v[u][i]);
+          load_pack<4>(src + i * m, jq0 + 32 * u, e);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v[u][i][c] += e[c];
+        }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (u == 1 && !both) break;
+      const int64_t jq = jq0 + 32 * u;
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        if (i < rows) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v[u][i][c] = to_f(from_f<E>(v[u][i][c]));  // M as stored
+          store_pack<4>(dst + i * m, jq, v[u][i]);
+        }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float qv[kRank];
+        load_row<kRank>(qk + (jq * 4 + c) * kRank, qv);
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+          for (int t = 0; t < kRank; ++t) acc[i][t] += v[u][i][c] * qv[t];  // a missing row's v is unused
       }
-    float qv[4][kRank];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) load_row<kRank>(qk + (jq * 4 + c) * kRank, qv[c]);
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i)
-      if (i < rows) {
-        float v[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) v[c] = to_f(from_f<E>(g[i][c] + e[i][c]));  // M as stored
-        store_pack<4>(mo + base + i * m, jq, v);
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-#pragma unroll
-          for (int t = 0; t < kRank; ++t) acc[i][t] += v[c] * qv[c][t];
-      }
+    }
   }
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
 #pragma unroll
     for (int t = 0; t < kRank; ++t) acc[i][t] = warp_sum(acc[i][t]);
   if (lane == 0)
-    for (int i = 0; i < rows; ++i)
 #pragma unroll
-      for (int t = 0; t < kRank; ++t) p[(k * n + first + i) * kRank + t] = acc[i][t];
+    for (int i = 0; i < kRowsPerWarp; ++i)  // unrolled: acc stays in registers
+      if (i < rows)
+#pragma unroll
+        for (int t = 0; t < kRank; ++t) p[(k * n + first + i) * kRank + t] = acc[i][t];
 }
 
 // partial[k][chunk][j][t] := sum over the chunk's rows i of M_k[i][j] P_k[i][t].
@@ -125,19 +144,17 @@ __global__ void __launch_bounds__(kTransposedThreads)
           make_float4(acc[c][t], acc[c][t + 1], acc[c][t + 2], acc[c][t + 3]);
 }
 
-// q[k][j][t] := the sum of partial[k][chunk][j][t] over the chunks, in chunk order; in quads.
+// q[k][j][t] := the sum of partial[k][chunk][j][t] over the chunks, in chunk order; a value a
+// thread, the chunks' loads unrolled (they come from L2, written just before).
 __global__ void sum_partials_kernel(const float* __restrict__ partial, int64_t count, int64_t chunks,
                                     int64_t per_matrix, float* __restrict__ q) {
-  const int64_t quads = count * per_matrix / 4;
-  VITDDP_GRID_STRIDE_LOOP(x, quads) {
-    const int64_t k = x * 4 / per_matrix, within = x * 4 % per_matrix;
+  VITDDP_GRID_STRIDE_LOOP(x, count * per_matrix) {
+    const int64_t k = x / per_matrix, within = x % per_matrix;
     const float* src = partial + k * chunks * per_matrix + within;
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const float4 w = *reinterpret_cast<const float4*>(src + c * per_matrix);
-      sum.x += w.x, sum.y += w.y, sum.z += w.z, sum.w += w.w;
-    }
-    *reinterpret_cast<float4*>(q + k * per_matrix + within) = sum;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int64_t c = 0; c < chunks; ++c) sum += src[c * per_matrix];
+    q[k * per_matrix + within] = sum;
   }
 }
 
@@ -163,6 +180,16 @@ void check_taken(const Tensor& grad, const Tensor& error, const Tensor& m, const
                g.m, ", stride ", g.stride, ")");
 }
 
+// The kernels take their buffers as unaliased: `a` and `b` must be one buffer (same_ok) or not
+// share a byte.
+void check_apart(const Tensor& a, const Tensor& b, bool same_ok, const char* what, const char* op) {
+  const auto* x = static_cast<const char*>(a.data_ptr());
+  const auto* y = static_cast<const char*>(b.data_ptr());
+  const int64_t x_bytes = a.numel() * dtype_size(a.dtype()), y_bytes = b.numel() * dtype_size(b.dtype());
+  const bool same = x == y && x_bytes == y_bytes;
+  VITDDP_CHECK((same_ok && same) || x + x_bytes <= y || y + y_bytes <= x, op, ": ", what);
+}
+
 }  // namespace
 
 bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p,
@@ -182,6 +209,9 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
 void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& g,
                             const Tensor& m, const Tensor& p) {
   check_taken(grad, error, m, p, q, g, "compensate_and_project");
+  check_apart(error, m, true, "the error and M overlap without being one buffer", "compensate_and_project");
+  check_apart(grad, m, false, "the gradient and M overlap", "compensate_and_project");
+  check_apart(p, q, false, "P and Q overlap", "compensate_and_project");
   OpScope scope("powersgd compensate");
   dispatch_bucket_and_error(grad.dtype(), m.dtype(), "compensate_and_project", [&](auto zero, auto error_zero) {
     using T = decltype(zero);
@@ -192,18 +222,22 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
     const float* qq = q.data<float>() + g.q_offset;
     float* pp = p.data<float>() + g.p_offset;
     const unsigned blocks = static_cast<unsigned>(g.count * ((g.n + kProjectRows - 1) / kProjectRows));
+    const auto launch = [&](auto kernel) {
+      kernel<<<blocks, kProjectWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
+      CUDA_CHECK_LAUNCH();
+    };
+    // error and M are one buffer or apart (check_apart).
+    const bool in_place = static_cast<const void*>(e) == static_cast<const void*>(mo);
     if (g.rank == 4)
-      compensate_project_kernel<T, E, 4>
-          <<<blocks, kProjectWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
+      in_place ? launch(compensate_project_kernel<T, E, 4, true>) : launch(compensate_project_kernel<T, E, 4, false>);
     else
-      compensate_project_kernel<T, E, 8>
-          <<<blocks, kProjectWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
-    CUDA_CHECK_LAUNCH();
+      in_place ? launch(compensate_project_kernel<T, E, 8, true>) : launch(compensate_project_kernel<T, E, 8, false>);
   });
 }
 
 void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g, const Tensor& q) {
   check_taken(m, m, m, p, q, g, "project_transposed");
+  check_apart(p, q, false, "P and Q overlap", "project_transposed");
   OpScope scope("powersgd products");
   const int64_t chunks = (g.n + kChunkRows - 1) / kChunkRows;
   const int64_t slabs = (g.m / 4 + kTransposedThreads - 1) / kTransposedThreads;
@@ -223,7 +257,7 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
           mi, pp, g.n, g.m, g.stride, chunks, slabs, partial.data<float>());
     CUDA_CHECK_LAUNCH();
   });
-  sum_partials_kernel<<<grid_for(g.count * per_matrix / 4), kThreads, 0, current_stream()>>>(
+  sum_partials_kernel<<<grid_for(g.count * per_matrix), kThreads, 0, current_stream()>>>(
       partial.data<float>(), g.count, chunks, per_matrix, q.data<float>() + g.q_offset);
   CUDA_CHECK_LAUNCH();
 }

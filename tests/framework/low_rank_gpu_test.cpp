@@ -118,8 +118,8 @@ TEST(LowRankGpu, ProjectionPassesMatchTheCpu) {
             EXPECT_EQ(gpu_m.to_vector(), cpu_m.to_vector());  // one rounding of the same sum, and gaps untouched
             EXPECT_LE(worst_relative_diff(gpu_p.to(Device::cpu()), cpu_p), 1e-4);  // summation order only
 
-            Tensor cpu_q = q.clone();
-            cpu::project_transposed(cpu_m, cpu_p, g, cpu_q);
+            Tensor cpu_q = q.clone();  // from the GPU's P: the Q pass's own summation order only
+            cpu::project_transposed(cpu_m, gpu_p.to(Device::cpu()), g, cpu_q);
             cuda::project_transposed(gpu_m, gpu_p, g, gpu_q);
             EXPECT_LE(worst_relative_diff(gpu_q.to(Device::cpu()), cpu_q), 1e-4);
             const std::vector<double> before = q.to_vector(), after = cpu_q.to_vector();
@@ -141,6 +141,11 @@ TEST(LowRankGpu, ProjectionPassesMatchTheCpu) {
     EXPECT_THROW(cuda::compensate_and_project(grad, error, q, bad, error, p), Error);
     EXPECT_THROW(cuda::project_transposed(error, p, bad, q), Error);
   }
+  // M overlapping the error in part, or the gradient: refused (the kernels take them as unaliased).
+  Tensor wide = Tensor::zeros({400}, DType::kBF16, gpu);
+  const Tensor front = wide.as_strided({200}, {1}, 0), shifted_half = wide.as_strided({200}, {1}, 100);
+  EXPECT_THROW(cuda::compensate_and_project(grad, front, q, g, shifted_half, p), Error);
+  EXPECT_THROW(cuda::compensate_and_project(front, error, q, g, front, p), Error);
 #endif
 }
 
