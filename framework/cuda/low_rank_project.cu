@@ -1,5 +1,8 @@
 #include "framework/cpu/low_rank_project.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/op_profiler.h"
@@ -28,7 +31,23 @@ constexpr int kProjectWarps = 8;
 constexpr int kRowsPerWarp = 2;
 constexpr int kProjectRows = kProjectWarps * kRowsPerWarp;  // rows of one matrix a block
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
-constexpr int kChunkRows = 128;                             // rows a block of the Q product sums
+
+// Measurement knobs (temporary, for the A/B of the kernels' shapes): VITDDP_PSGD_PASS=single|pairs,
+// VITDDP_PSGD_CHUNK=64|128|256.
+bool single_quads() {
+  static const bool single = [] {
+    const char* v = std::getenv("VITDDP_PSGD_PASS");
+    return v && std::string(v) == "single";
+  }();
+  return single;
+}
+int chunk_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("VITDDP_PSGD_CHUNK");
+    return v ? std::atoi(v) : 128;
+  }();
+  return rows == 64 || rows == 256 ? rows : 128;
+}
 
 // Q's (or P's) kRank values of one row, as quads.
 template <int kRank>
@@ -109,8 +128,64 @@ __global__ void __launch_bounds__(kProjectWarps * 32)
         for (int t = 0; t < kRank; ++t) p[(k * n + first + i) * kRank + t] = acc[i][t];
 }
 
+// One quad of both rows a lane per iteration, the loop unrolled by two (measured against the
+// kernel above; see Note [PowerSGD's products as bucket passes]).
+template <typename T, typename E, int kRank, bool kInPlace>
+__global__ void __launch_bounds__(kProjectWarps * 32)
+    compensate_project_single_kernel(const T* __restrict__ grad, const E* __restrict__ error,
+                                     const float* __restrict__ q, int64_t n, int64_t m, int64_t stride,
+                                     E* __restrict__ mo, float* __restrict__ p) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t blocks_per_matrix = (n + kProjectRows - 1) / kProjectRows;
+  const int64_t k = blockIdx.x / blocks_per_matrix;
+  const int64_t first = (blockIdx.x % blocks_per_matrix) * kProjectRows + warp * kRowsPerWarp;
+  if (first >= n) return;
+  const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
+  const float* qk = q + k * m * kRank;
+  const int64_t base = k * stride + first * m;
+  const T* gr = grad + base;
+  const E* src = kInPlace ? mo + base : error + base;
+  E* dst = mo + base;
+  float acc[kRowsPerWarp][kRank] = {};
+#pragma unroll 2
+  for (int64_t jq = lane; jq < m / 4; jq += 32) {
+    float g[kRowsPerWarp][4], e[kRowsPerWarp][4];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      if (i < rows) {
+        load_pack<4>(gr + i * m, jq, g[i]);
+        load_pack<4>(src + i * m, jq, e[i]);
+      }
+    float qv[4][kRank];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) load_row<kRank>(qk + (jq * 4 + c) * kRank, qv[c]);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      if (i < rows) {
+        float v[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] = to_f(from_f<E>(g[i][c] + e[i][c]));  // M as stored
+        store_pack<4>(dst + i * m, jq, v);
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+#pragma unroll
+          for (int t = 0; t < kRank; ++t) acc[i][t] += v[c] * qv[c][t];
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+#pragma unroll
+    for (int t = 0; t < kRank; ++t) acc[i][t] = warp_sum(acc[i][t]);
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      if (i < rows)
+#pragma unroll
+        for (int t = 0; t < kRank; ++t) p[(k * n + first + i) * kRank + t] = acc[i][t];
+}
+
 // partial[k][chunk][j][t] := sum over the chunk's rows i of M_k[i][j] P_k[i][t].
-template <typename E, int kRank>
+template <typename E, int kRank, int kChunkRows>
 __global__ void __launch_bounds__(kTransposedThreads)
     project_transposed_partial_kernel(const E* __restrict__ mi, const float* __restrict__ p, int64_t n, int64_t m,
                                       int64_t stride, int64_t chunks, int64_t slabs, float* __restrict__ partial) {
@@ -197,7 +272,7 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
   if (g.rank != 4 && g.rank != 8) return false;
   if (g.m % 4 != 0 || g.stride % 4 != 0 || g.count < 1 || g.n < 1) return false;
   if (g.count * ((g.n + kProjectRows - 1) / kProjectRows) > int64_t(0x7fffffff)) return false;
-  if (g.count * ((g.n + kChunkRows - 1) / kChunkRows) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
+  if (g.count * ((g.n + 63) / 64) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
       int64_t(0x7fffffff))
     return false;
   for (const Tensor* t : {&grad, &error, &m})
@@ -228,10 +303,18 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
     };
     // error and M are one buffer or apart (check_apart).
     const bool in_place = static_cast<const void*>(e) == static_cast<const void*>(mo);
-    if (g.rank == 4)
+    if (single_quads()) {
+      if (g.rank == 4)
+        in_place ? launch(compensate_project_single_kernel<T, E, 4, true>)
+                 : launch(compensate_project_single_kernel<T, E, 4, false>);
+      else
+        in_place ? launch(compensate_project_single_kernel<T, E, 8, true>)
+                 : launch(compensate_project_single_kernel<T, E, 8, false>);
+    } else if (g.rank == 4) {
       in_place ? launch(compensate_project_kernel<T, E, 4, true>) : launch(compensate_project_kernel<T, E, 4, false>);
-    else
+    } else {
       in_place ? launch(compensate_project_kernel<T, E, 8, true>) : launch(compensate_project_kernel<T, E, 8, false>);
+    }
   });
 }
 
@@ -239,7 +322,8 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
   check_taken(m, m, m, p, q, g, "project_transposed");
   check_apart(p, q, false, "P and Q overlap", "project_transposed");
   OpScope scope("powersgd products");
-  const int64_t chunks = (g.n + kChunkRows - 1) / kChunkRows;
+  const int chunk = chunk_rows();
+  const int64_t chunks = (g.n + chunk - 1) / chunk;
   const int64_t slabs = (g.m / 4 + kTransposedThreads - 1) / kTransposedThreads;
   const int64_t per_matrix = g.m * g.rank;
   // Freed on this stream when the call returns: stream-ordered, before anything later on it.
@@ -249,13 +333,19 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
     const E* mi = static_cast<const E*>(m.data_ptr()) + g.offset;
     const float* pp = p.data<float>() + g.p_offset;
     const unsigned blocks = static_cast<unsigned>(g.count * chunks * slabs);
+    const auto launch = [&](auto kernel) {
+      kernel<<<blocks, kTransposedThreads, 0, current_stream()>>>(mi, pp, g.n, g.m, g.stride, chunks, slabs,
+                                                                 partial.data<float>());
+      CUDA_CHECK_LAUNCH();
+    };
     if (g.rank == 4)
-      project_transposed_partial_kernel<E, 4><<<blocks, kTransposedThreads, 0, current_stream()>>>(
-          mi, pp, g.n, g.m, g.stride, chunks, slabs, partial.data<float>());
+      chunk == 64 ? launch(project_transposed_partial_kernel<E, 4, 64>)
+                  : chunk == 256 ? launch(project_transposed_partial_kernel<E, 4, 256>)
+                                 : launch(project_transposed_partial_kernel<E, 4, 128>);
     else
-      project_transposed_partial_kernel<E, 8><<<blocks, kTransposedThreads, 0, current_stream()>>>(
-          mi, pp, g.n, g.m, g.stride, chunks, slabs, partial.data<float>());
-    CUDA_CHECK_LAUNCH();
+      chunk == 64 ? launch(project_transposed_partial_kernel<E, 8, 64>)
+                  : chunk == 256 ? launch(project_transposed_partial_kernel<E, 8, 256>)
+                                 : launch(project_transposed_partial_kernel<E, 8, 128>);
   });
   sum_partials_kernel<<<grid_for(g.count * per_matrix), kThreads, 0, current_stream()>>>(
       partial.data<float>(), g.count, chunks, per_matrix, q.data<float>() + g.q_offset);
