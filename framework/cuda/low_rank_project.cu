@@ -1,8 +1,5 @@
 #include "framework/cpu/low_rank_project.h"
 
-#include <cstdlib>
-#include <string>
-
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/op_profiler.h"
@@ -26,28 +23,16 @@ namespace {
 //   launch adds the row blocks' partials in order (no atomics: a CUDA graph's replay gives the
 //   eager step's bits). The partials are r / 128 of M's elements in f32 (3-6% of its bytes).
 // Both compute in f32 from M as stored, with Q and P in f32 (the cuBLASLt path rounded them to
-// 16 bits for a 16-bit M).
+// 16 bits for a 16-bit M). Measured (2x H200, bf16 error, one 2000 MB bucket, 733b400): the
+// compensation with P 0.61 ms (alone it was 0.44, and the two products 0.59), Q 0.28 ms. Two
+// quads a lane at a time, their eight loads first, made the first pass slower (0.76 ms); row
+// blocks of 64 or 256 for Q, 3% and 20% slower. Q's pass moves ~2.1 TB/s: its smaller groups
+// (ViT-L's 1024 x 1024 projections: 384 blocks) do not fill the GPU.
 constexpr int kProjectWarps = 8;
 constexpr int kRowsPerWarp = 2;
 constexpr int kProjectRows = kProjectWarps * kRowsPerWarp;  // rows of one matrix a block
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
-
-// Measurement knobs (temporary, for the A/B of the kernels' shapes): VITDDP_PSGD_PASS=single|pairs,
-// VITDDP_PSGD_CHUNK=64|128|256.
-bool single_quads() {
-  static const bool single = [] {
-    const char* v = std::getenv("VITDDP_PSGD_PASS");
-    return v && std::string(v) == "single";
-  }();
-  return single;
-}
-int chunk_rows() {
-  static const int rows = [] {
-    const char* v = std::getenv("VITDDP_PSGD_CHUNK");
-    return v ? std::atoi(v) : 128;
-  }();
-  return rows == 64 || rows == 256 ? rows : 128;
-}
+constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% slower, 256: 20%)
 
 // Q's (or P's) kRank values of one row, as quads.
 template <int kRank>
@@ -59,82 +44,13 @@ __device__ __forceinline__ void load_row(const float* __restrict__ src, float (&
   }
 }
 
-// Each lane takes two quads of each of its warp's two rows at a time, their eight loads issued
-// before the first store (f32 rows: sixteen). In place (--nonfinite stop: the error buffer
-// becomes M) the error is read through the same unaliased pointer M is written through, so
-// the compiler may still move the next loads above this quad's stores.
+// A quad of both rows a lane per iteration, the loop unrolled by two. In place (--nonfinite
+// stop: the error buffer becomes M) the error is read through the same unaliased pointer M is
+// written through, so the compiler may still move the next quad's loads above this one's stores.
 template <typename T, typename E, int kRank, bool kInPlace>
 __global__ void __launch_bounds__(kProjectWarps * 32)
     compensate_project_kernel(const T* __restrict__ grad, const E* __restrict__ error, const float* __restrict__ q,
                               int64_t n, int64_t m, int64_t stride, E* __restrict__ mo, float* __restrict__ p) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t blocks_per_matrix = (n + kProjectRows - 1) / kProjectRows;
-  const int64_t k = blockIdx.x / blocks_per_matrix;
-  const int64_t first = (blockIdx.x % blocks_per_matrix) * kProjectRows + warp * kRowsPerWarp;
-  if (first >= n) return;
-  const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
-  const float* qk = q + k * m * kRank;
-  const int64_t base = k * stride + first * m;
-  const T* gr = grad + base;
-  const E* src = kInPlace ? mo + base : error + base;
-  E* dst = mo + base;
-  const int64_t quads = m / 4;
-  float acc[kRowsPerWarp][kRank] = {};
-  for (int64_t jq0 = lane; jq0 < quads; jq0 += 64) {
-    const bool both = jq0 + 32 < quads;
-    float v[2][kRowsPerWarp][4];
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i)
-        if ((u == 0 || both) && i < rows) {
-          float e[4];
-          load_pack<4>(gr + i * m, jq0 + 32 * u, v[u][i]);
-          load_pack<4>(src + i * m, jq0 + 32 * u, e);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) v[u][i][c] += e[c];
-        }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      if (u == 1 && !both) break;
-      const int64_t jq = jq0 + 32 * u;
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i)
-        if (i < rows) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) v[u][i][c] = to_f(from_f<E>(v[u][i][c]));  // M as stored
-          store_pack<4>(dst + i * m, jq, v[u][i]);
-        }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float qv[kRank];
-        load_row<kRank>(qk + (jq * 4 + c) * kRank, qv);
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i)
-#pragma unroll
-          for (int t = 0; t < kRank; ++t) acc[i][t] += v[u][i][c] * qv[t];  // a missing row's v is unused
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i)
-#pragma unroll
-    for (int t = 0; t < kRank; ++t) acc[i][t] = warp_sum(acc[i][t]);
-  if (lane == 0)
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i)  // unrolled: acc stays in registers
-      if (i < rows)
-#pragma unroll
-        for (int t = 0; t < kRank; ++t) p[(k * n + first + i) * kRank + t] = acc[i][t];
-}
-
-// One quad of both rows a lane per iteration, the loop unrolled by two (measured against the
-// kernel above; see Note [PowerSGD's products as bucket passes]).
-template <typename T, typename E, int kRank, bool kInPlace>
-__global__ void __launch_bounds__(kProjectWarps * 32)
-    compensate_project_single_kernel(const T* __restrict__ grad, const E* __restrict__ error,
-                                     const float* __restrict__ q, int64_t n, int64_t m, int64_t stride,
-                                     E* __restrict__ mo, float* __restrict__ p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t blocks_per_matrix = (n + kProjectRows - 1) / kProjectRows;
   const int64_t k = blockIdx.x / blocks_per_matrix;
@@ -185,7 +101,7 @@ __global__ void __launch_bounds__(kProjectWarps * 32)
 }
 
 // partial[k][chunk][j][t] := sum over the chunk's rows i of M_k[i][j] P_k[i][t].
-template <typename E, int kRank, int kChunkRows>
+template <typename E, int kRank>
 __global__ void __launch_bounds__(kTransposedThreads)
     project_transposed_partial_kernel(const E* __restrict__ mi, const float* __restrict__ p, int64_t n, int64_t m,
                                       int64_t stride, int64_t chunks, int64_t slabs, float* __restrict__ partial) {
@@ -272,7 +188,7 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
   if (g.rank != 4 && g.rank != 8) return false;
   if (g.m % 4 != 0 || g.stride % 4 != 0 || g.count < 1 || g.n < 1) return false;
   if (g.count * ((g.n + kProjectRows - 1) / kProjectRows) > int64_t(0x7fffffff)) return false;
-  if (g.count * ((g.n + 63) / 64) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
+  if (g.count * ((g.n + kChunkRows - 1) / kChunkRows) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
       int64_t(0x7fffffff))
     return false;
   for (const Tensor* t : {&grad, &error, &m})
@@ -303,18 +219,10 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
     };
     // error and M are one buffer or apart (check_apart).
     const bool in_place = static_cast<const void*>(e) == static_cast<const void*>(mo);
-    if (single_quads()) {
-      if (g.rank == 4)
-        in_place ? launch(compensate_project_single_kernel<T, E, 4, true>)
-                 : launch(compensate_project_single_kernel<T, E, 4, false>);
-      else
-        in_place ? launch(compensate_project_single_kernel<T, E, 8, true>)
-                 : launch(compensate_project_single_kernel<T, E, 8, false>);
-    } else if (g.rank == 4) {
+    if (g.rank == 4)
       in_place ? launch(compensate_project_kernel<T, E, 4, true>) : launch(compensate_project_kernel<T, E, 4, false>);
-    } else {
+    else
       in_place ? launch(compensate_project_kernel<T, E, 8, true>) : launch(compensate_project_kernel<T, E, 8, false>);
-    }
   });
 }
 
@@ -322,8 +230,7 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
   check_taken(m, m, m, p, q, g, "project_transposed");
   check_apart(p, q, false, "P and Q overlap", "project_transposed");
   OpScope scope("powersgd products");
-  const int chunk = chunk_rows();
-  const int64_t chunks = (g.n + chunk - 1) / chunk;
+  const int64_t chunks = (g.n + kChunkRows - 1) / kChunkRows;
   const int64_t slabs = (g.m / 4 + kTransposedThreads - 1) / kTransposedThreads;
   const int64_t per_matrix = g.m * g.rank;
   // Freed on this stream when the call returns: stream-ordered, before anything later on it.
@@ -339,13 +246,9 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
       CUDA_CHECK_LAUNCH();
     };
     if (g.rank == 4)
-      chunk == 64 ? launch(project_transposed_partial_kernel<E, 4, 64>)
-                  : chunk == 256 ? launch(project_transposed_partial_kernel<E, 4, 256>)
-                                 : launch(project_transposed_partial_kernel<E, 4, 128>);
+      launch(project_transposed_partial_kernel<E, 4>);
     else
-      chunk == 64 ? launch(project_transposed_partial_kernel<E, 8, 64>)
-                  : chunk == 256 ? launch(project_transposed_partial_kernel<E, 8, 256>)
-                                 : launch(project_transposed_partial_kernel<E, 8, 128>);
+      launch(project_transposed_partial_kernel<E, 8>);
   });
   sum_partials_kernel<<<grid_for(g.count * per_matrix), kThreads, 0, current_stream()>>>(
       partial.data<float>(), g.count, chunks, per_matrix, q.data<float>() + g.q_offset);
