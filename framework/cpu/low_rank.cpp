@@ -4,6 +4,7 @@
 #include <string>
 
 #include "framework/core/scalar_types.h"
+#include "framework/cpu/bucket_dispatch.h"
 
 namespace vitddp {
 
@@ -40,18 +41,6 @@ void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& 
 namespace cpu {
 namespace {
 
-// Calls fn(T{}) for the element types a gradient bucket may have.
-template <typename Fn>
-void dispatch_bucket_dtype(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32: return fn(float{});
-    case DType::kBF16: return fn(bf16_t{});
-    case DType::kF16: return fn(f16_t{});
-    default: break;
-  }
-  throw Error(std::string(op) + ": needs an f32, bf16 or f16 bucket, got " + dtype_name(dtype));
-}
-
 void check_f32(const Tensor& t, const char* op) {
   check_tensor(t.dtype() == DType::kF32 && t.is_contiguous() && t.device().is_cpu(), op, "a contiguous f32 CPU tensor",
                t);
@@ -61,15 +50,6 @@ void check_f32(const Tensor& t, const char* op) {
 void check_error_buffer(const Tensor& t, DType bucket, const char* op) {
   check_tensor((t.dtype() == DType::kF32 || t.dtype() == bucket) && t.is_contiguous() && t.device().is_cpu(), op,
                (std::string("a contiguous f32 or ") + dtype_name(bucket) + " CPU tensor").c_str(), t);
-}
-
-// Calls fn(T{}, E{}) for a bucket of type T and an error buffer of f32 or T (checked before).
-template <typename Fn>
-void dispatch_bucket_and_error(DType bucket, DType error, const char* op, Fn&& fn) {
-  dispatch_bucket_dtype(bucket, op, [&](auto zero) {
-    if (error == DType::kF32) return fn(zero, float{});
-    fn(zero, zero);
-  });
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "framework/core/scalar_types.h"
+#include "framework/cpu/bucket_dispatch.h"
 
 namespace vitddp {
 
@@ -25,29 +26,6 @@ void check_projection(const Tensor& grad, const Tensor& error, const Tensor& m, 
 }
 
 namespace cpu {
-namespace {
-
-template <typename Fn>
-void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32: return fn(float{});
-    case DType::kBF16: return fn(bf16_t{});
-    case DType::kF16: return fn(f16_t{});
-    default: break;
-  }
-  throw Error(std::string(op) + ": needs an f32, bf16 or f16 bucket, got " + dtype_name(dtype));
-}
-
-// Calls fn(T{}, E{}) for a bucket of T and an error (and M) of f32 or T (checked before).
-template <typename Fn>
-void dispatch_bucket_and_error(DType bucket, DType error, const char* op, Fn&& fn) {
-  dispatch_floating(bucket, op, [&](auto zero) {
-    if (error == DType::kF32) return fn(zero, float{});
-    fn(zero, zero);
-  });
-}
-
-}  // namespace
 
 void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& g,
                             const Tensor& m, const Tensor& p) {
@@ -80,7 +58,7 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
 void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g, const Tensor& q) {
   check_projection(m, m, m, p, q, g, "project_transposed");
   VITDDP_CHECK(m.device().is_cpu(), "project_transposed: cpu:: takes CPU tensors");
-  dispatch_floating(m.dtype(), "project_transposed", [&](auto zero) {
+  dispatch_bucket_dtype(m.dtype(), "project_transposed", [&](auto zero) {
     using E = decltype(zero);
     const E* mi = m.data<E>();
     for (int64_t k = 0; k < g.count; ++k) {

@@ -122,6 +122,17 @@ __device__ __forceinline__ void store_pack(T* p, int64_t k, const float (&in)[N]
   reinterpret_cast<Pack<T, N>*>(p)[k] = w;
 }
 
+// N floats (a multiple of 4) from a 16-byte aligned row, through the read-only path: a row of
+// PowerSGD's factors P or Q, which many warps read.
+template <int N>
+__device__ __forceinline__ void load_factor_row(const float* __restrict__ src, float (&out)[N]) {
+#pragma unroll
+  for (int t = 0; t < N; t += 4) {
+    const float4 w = __ldg(reinterpret_cast<const float4*>(src + t));
+    out[t] = w.x, out[t + 1] = w.y, out[t + 2] = w.z, out[t + 3] = w.w;
+  }
+}
+
 // Whether `p` (of elements of `element_bytes`) may be read as quads; a null pointer may.
 inline bool quad_aligned(const void* p, size_t element_bytes) {
   return reinterpret_cast<uintptr_t>(p) % (4 * element_bytes) == 0;

@@ -104,15 +104,6 @@ constexpr int kExpandWarps = 8;
 constexpr int kExpandRowsPerWarp = 2;
 constexpr int kExpandRows = kExpandWarps * kExpandRowsPerWarp;  // rows of one matrix a block
 
-template <int kRank>
-__device__ __forceinline__ void load_factor_row(const float* __restrict__ src, float (&out)[kRank]) {
-#pragma unroll
-  for (int t = 0; t < kRank; t += 4) {
-    const float4 w = __ldg(reinterpret_cast<const float4*>(src + t));
-    out[t] = w.x, out[t + 1] = w.y, out[t + 2] = w.z, out[t + 3] = w.w;
-  }
-}
-
 template <typename T, typename R, int kRank>
 __global__ void __launch_bounds__(kExpandWarps * 32)
     expand_rows_kernel(const float* __restrict__ p, const float* __restrict__ q, int64_t n, int64_t m, int64_t stride,

@@ -34,16 +34,6 @@ constexpr int kProjectRows = kProjectWarps * kRowsPerWarp;  // rows of one matri
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
 constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% slower, 256: 20%)
 
-// Q's (or P's) kRank values of one row, as quads.
-template <int kRank>
-__device__ __forceinline__ void load_row(const float* __restrict__ src, float (&out)[kRank]) {
-#pragma unroll
-  for (int t = 0; t < kRank; t += 4) {
-    const float4 w = __ldg(reinterpret_cast<const float4*>(src + t));
-    out[t] = w.x, out[t + 1] = w.y, out[t + 2] = w.z, out[t + 3] = w.w;
-  }
-}
-
 // A quad of both rows a lane per iteration, the loop unrolled by two. In place (--nonfinite
 // stop: the error buffer becomes M) the error is read through the same unaliased pointer M is
 // written through, so the compiler may still move the next quad's loads above this one's stores.
@@ -74,7 +64,7 @@ __global__ void __launch_bounds__(kProjectWarps * 32)
       }
     float qv[4][kRank];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) load_row<kRank>(qk + (jq * 4 + c) * kRank, qv[c]);
+    for (int c = 0; c < 4; ++c) load_factor_row<kRank>(qk + (jq * 4 + c) * kRank, qv[c]);
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i)
       if (i < rows) {
