@@ -540,6 +540,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     return std::make_shared<PowerSgdWork>(std::move(parts));
   }
   if (passes) {
+    ++buckets_by_passes_;
     for (const Plan::Group& g : parts.plan.groups)  // M = gradient + error and P = M Q
       compensate_and_project(bucket.buffer, st.error, parts.q, low_rank_group(parts.plan, g, bucket, r),
                              parts.compensated, parts.p);

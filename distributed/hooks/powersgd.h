@@ -72,6 +72,9 @@ class PowerSgdHook final : public CommHook {
     return compressed_since_rebuild_ && options_.warm_start && state_.iter > options_.start_iter;
   }
   void replayed() override { ++state_.iter; }
+  // Buckets compressed with the products as passes (Note [PowerSGD's products as bucket passes]),
+  // not through the matrix-product library, since the hook was made.
+  int64_t buckets_by_passes() const { return buckets_by_passes_; }
 
   struct Staged;      // one step's new bucket states, committed together (defined in the .cpp)
   struct SideStream;  // the GPU stream the compression runs on (defined in the .cpp)
@@ -82,6 +85,7 @@ class PowerSgdHook final : public CommHook {
   std::shared_ptr<Staged> staged_;
   std::shared_ptr<SideStream> side_;
   bool compressed_since_rebuild_ = false;
+  int64_t buckets_by_passes_ = 0;
   // Per bucket, the f32 buffer P (and the uncompressed tensors) is all-reduced from (Note
   // [PowerSGD's P buffers]).
   std::map<size_t, Tensor> factor_buffers_;
