@@ -161,6 +161,11 @@ done
 if [ "${PSGD_ERROR_LOSS:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/powersgd_error_loss_check.sh build-gpu 100
 fi
+# PSGD_PRODUCTS_LOSS=1: the same for PowerSGD's products through cuBLASLt and as passes (bf16 error).
+if [ "${PSGD_PRODUCTS_LOSS:-0}" = 1 ]; then
+  OUT="$OUT" PSGD_LOSS_FLAG=powersgd-products PSGD_LOSS_A=gemm PSGD_LOSS_B=passes \
+    PSGD_LOSS_EXTRA="--powersgd-error-dtype bucket" bash scripts/powersgd_error_loss_check.sh build-gpu 100
+fi
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu 100
 fi
