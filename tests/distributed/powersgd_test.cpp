@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/fake_group.h"
+#include "common/powersgd_paths.h"
 #include "common/test_utils.h"
 #include "distributed/hooks/powersgd.h"
 
@@ -129,39 +130,14 @@ TEST(PowerSgd, BucketPassProductsSendWhatTheMatrixProductsSend) {
     for (bool narrow_error : {false, true}) {
       SCOPED_TRACE(std::string(staged ? "staged" : "in place") + (narrow_error ? ", bf16 error" : ", f32 error"));
       Generator gen(8);
-      GradBucket passes_bucket = make_bucket(gen, {{6, 4}, {5}, {6, 4}, {3}, {7, 9}, {6, 4}, {2}});
-      passes_bucket.buffer = passes_bucket.buffer.to(DType::kBF16);
-      GradBucket gemm_bucket = passes_bucket;
-      gemm_bucket.buffer = passes_bucket.buffer.clone();
-      const std::vector<double> input = passes_bucket.buffer.to_vector();
-      testing::FakeGroup group;
-      PowerSgdOptions with_passes{2, 0, 0.0, true, true, 4};
-      with_passes.stage_state = staged;
-      with_passes.error_in_bucket_dtype = narrow_error;
-      PowerSgdOptions with_gemm = with_passes;
-      with_gemm.bucket_pass_products = false;
-      PowerSgdHook passes_hook(with_passes), gemm_hook(with_gemm);
-      for (int step = 0; step < 3; ++step) {
-        passes_bucket.buffer.copy_(Tensor::from_vector(input, {static_cast<int64_t>(input.size())}));
-        gemm_bucket.buffer.copy_(passes_bucket.buffer);
-        passes_hook.run(group, passes_bucket)->wait();
-        gemm_hook.run(group, gemm_bucket)->wait();
-        const std::vector<double> a = passes_bucket.buffer.to_vector(), b = gemm_bucket.buffer.to_vector();
-        const std::vector<double> ea = passes_hook.state().buckets.at(0).error.to_vector();
-        const std::vector<double> eb = gemm_hook.state().buckets.at(0).error.to_vector();
-        // On the CPU both paths keep P and Q in f32 (the gemm path widens a bf16 M): only the
-        // products' summation order differs.
-        const double tolerance = 1e-5;
-        double moved = 0;
-        for (size_t i = 0; i < a.size(); ++i) {
-          EXPECT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(b[i]))) << "step " << step << " at " << i;
-          EXPECT_NEAR(ea[i], eb[i], tolerance * std::max(1.0, std::abs(eb[i]))) << "step " << step << " at " << i;
-          moved += std::abs(a[i] - input[i]);
-        }
-        EXPECT_GT(moved, 1e-2);
-      }
-      EXPECT_EQ(passes_hook.buckets_by_passes(), 3);  // each step's one bucket
-      EXPECT_EQ(gemm_hook.buckets_by_passes(), 0);
+      GradBucket bucket = make_bucket(gen, {{6, 4}, {5}, {6, 4}, {3}, {7, 9}, {6, 4}, {2}});
+      bucket.buffer = bucket.buffer.to(DType::kBF16);
+      PowerSgdOptions options{2, 0, 0.0, true, true, 4};
+      options.stage_state = staged;
+      options.error_in_bucket_dtype = narrow_error;
+      // On the CPU both paths keep P and Q in f32 (the gemm path widens a bf16 M): only the
+      // products' summation order differs.
+      testing::expect_passes_send_what_gemm_sends(bucket, options, 1e-5);
     }
 }
 

@@ -1,0 +1,19 @@
+// PowerSGD's products as passes against the matrix products (Note [PowerSGD's products as bucket
+// passes]), for the CPU and GPU hook tests: two hooks over copies of one bucket, step after step.
+#pragma once
+
+#include "distributed/hooks/powersgd.h"
+
+namespace vitddp::testing {
+
+// Runs `steps` steps of a hook with `options` (bucket_pass_products on) and of one with the
+// matrix products over copies of `bucket` (the fake two-rank group), each step from the bucket's
+// values as given, and expects: the sent values and the new errors within `tolerance` (relative,
+// to max(1, |value|)); every new error finite (a staged error is a fresh buffer: an element the
+// compensation missed would hold whatever the allocator left there); the elements between the
+// bucket's tensors zero in both; something sent; and each step's bucket compressed by passes
+// only in the first hook.
+void expect_passes_send_what_gemm_sends(const GradBucket& bucket, PowerSgdOptions options, double tolerance,
+                                        int steps = 3);
+
+}  // namespace vitddp::testing
