@@ -158,6 +158,7 @@ struct Plan {
   };
   std::vector<Matrix> matrices;   // in group order
   std::vector<Group> groups;
+  std::vector<LowRankGroup> low_rank;  // per group: its matrices and factors as the bucket passes take them
   std::vector<size_t> uncompressed;
   // The uncompressed tensors as runs of the bucket that lie back to back (a layer norm's weight
   // and bias, the next bias: alignment padding between them, always zero, goes along), copied
@@ -252,22 +253,20 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
     plan.p_numel += mx.n * o.rank;
     plan.q_numel += mx.m * o.rank;
   }
+  for (const Plan::Group& g : plan.groups) {
+    const Plan::Matrix& mx = plan.matrices[g.first];
+    LowRankGroup group;
+    group.count = static_cast<int64_t>(g.count);
+    group.n = mx.n;
+    group.m = mx.m;
+    group.rank = o.rank;
+    group.offset = bucket.offsets[mx.tensor];
+    group.stride = g.stride;
+    group.p_offset = mx.p_offset;
+    group.q_offset = mx.q_offset;
+    plan.low_rank.push_back(group);
+  }
   return plan;
-}
-
-// The group's matrices and factors as the bucket passes take them.
-LowRankGroup low_rank_group(const Plan& plan, const Plan::Group& g, const GradBucket& bucket, int64_t rank) {
-  const Plan::Matrix& mx = plan.matrices[g.first];
-  LowRankGroup group;
-  group.count = static_cast<int64_t>(g.count);
-  group.n = mx.n;
-  group.m = mx.m;
-  group.rank = rank;
-  group.offset = bucket.offsets[mx.tensor];
-  group.stride = g.stride;
-  group.p_offset = mx.p_offset;
-  group.q_offset = mx.q_offset;
-  return group;
 }
 
 }  // namespace
@@ -383,7 +382,6 @@ class PowerSgdWork final : public Work {
     PowerSgdState::Bucket* state = nullptr;
     std::shared_ptr<PowerSgdHook::Staged> staged;
     int world = 1;
-    int64_t rank = 1;
   };
   explicit PowerSgdWork(Parts parts) : p_(std::move(parts)) {}
   void wait() override {
@@ -396,9 +394,8 @@ class PowerSgdWork final : public Work {
     PowerSgdHook::Staged& staged = *p_.staged;
     // One pass per group writes the approximation into the bucket and, with error feedback,
     // leaves in `compensated` what was not sent: the compensated local gradient minus it.
-    for (const Plan::Group& g : p_.plan.groups)
-      expand_low_rank(p_.p, p_.q, low_rank_group(p_.plan, g, p_.bucket, p_.rank), p_.bucket.buffer, p_.compensated,
-                      staged.skip);
+    for (const LowRankGroup& group : p_.plan.low_rank)
+      expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, p_.compensated, staged.skip);
     if (p_.flat.defined())  // the uncompressed tensors: their plain average
       scatter_runs(p_.flat, p_.plan.runs, p_.bucket.buffer, p_.compensated, staged.skip);
     PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
@@ -459,7 +456,6 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   parts.plan = plan_bucket(bucket, options_);
   parts.bucket = bucket;
   parts.world = group.size();
-  parts.rank = options_.rank;
   const Device device = bucket.buffer.device();
   PowerSgdState::Bucket& st = state_.buckets[bucket.index];
   parts.state = &st;
@@ -514,9 +510,8 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   // See Note [PowerSGD's products as bucket passes]: with error feedback, the compensation and
   // P = M Q in one pass per group, Q = M^T P in one of its own, where the kernels take every group.
   bool passes = options_.bucket_pass_products && options_.error_feedback && ride_with_p;
-  for (const Plan::Group& g : parts.plan.groups)
-    passes = passes && projection_kernels_take(bucket.buffer, st.error, parts.compensated, parts.p, parts.q,
-                                               low_rank_group(parts.plan, g, bucket, r));
+  for (const LowRankGroup& g : parts.plan.low_rank)
+    passes = passes && projection_kernels_take(bucket.buffer, st.error, parts.compensated, parts.p, parts.q, g);
   if (options_.error_feedback) {
     if (passes)  // the matrices' compensation comes with P below
       add_widened_runs(bucket.buffer, st.error, parts.plan.outside_matrices, parts.compensated);
@@ -541,13 +536,12 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   }
   if (passes) {
     ++buckets_by_passes_;
-    for (const Plan::Group& g : parts.plan.groups)  // M = gradient + error and P = M Q
-      compensate_and_project(bucket.buffer, st.error, parts.q, low_rank_group(parts.plan, g, bucket, r),
-                             parts.compensated, parts.p);
+    for (const LowRankGroup& g : parts.plan.low_rank)  // M = gradient + error and P = M Q
+      compensate_and_project(bucket.buffer, st.error, parts.q, g, parts.compensated, parts.p);
     group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
     orthogonalize(parts.p, parts.plan.p_batch);
-    for (const Plan::Group& g : parts.plan.groups)  // Q = M^T P
-      project_transposed(parts.work, parts.p, low_rank_group(parts.plan, g, bucket, r), parts.q);
+    for (const LowRankGroup& g : parts.plan.low_rank)  // Q = M^T P
+      project_transposed(parts.work, parts.p, g, parts.q);
     parts.q_work = group.allreduce(parts.q, ReduceOp::kSum);
     return std::make_shared<PowerSgdWork>(std::move(parts));
   }
