@@ -7,6 +7,7 @@
 #include "framework/cuda/op_profiler.h"
 #include "framework/cuda/run_table.cuh"
 #include "framework/cuda/stream.h"
+#include "framework/cuda/warp_rows.cuh"
 
 namespace vitddp::cuda {
 namespace {
@@ -100,23 +101,18 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
 // in registers and reads each Q row once for both (through L1, where every warp of the block
 // reads the same ones); each lane takes two quads of both rows at a time, their residual loads
 // issued before the first store.
-constexpr int kExpandWarps = 8;
-constexpr int kExpandRowsPerWarp = 2;
-constexpr int kExpandRows = kExpandWarps * kExpandRowsPerWarp;  // rows of one matrix a block
-
 template <typename T, typename R, int kRank>
-__global__ void __launch_bounds__(kExpandWarps * 32)
+__global__ void __launch_bounds__(kRowsBlockWarps * 32)
     expand_rows_kernel(const float* __restrict__ p, const float* __restrict__ q, int64_t n, int64_t m, int64_t stride,
                        T* __restrict__ out, R* __restrict__ residual, unsigned long long* flag) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t blocks_per_matrix = (n + kExpandRows - 1) / kExpandRows;
-  const int64_t k = blockIdx.x / blocks_per_matrix;
-  const int64_t first = (blockIdx.x % blocks_per_matrix) * kExpandRows + warp * kExpandRowsPerWarp;
-  if (first >= n) return;
-  const int rows = n - first < kExpandRowsPerWarp ? static_cast<int>(n - first) : kExpandRowsPerWarp;
-  float pr[kExpandRowsPerWarp][kRank];
+  const int lane = threadIdx.x % 32;
+  const WarpRows w = warp_rows(n);
+  if (w.rows == 0) return;
+  const int64_t k = w.matrix, first = w.first;
+  const int rows = w.rows;
+  float pr[kRowsPerWarp][kRank];
 #pragma unroll
-  for (int i = 0; i < kExpandRowsPerWarp; ++i)  // a missing second row repeats the first, unused
+  for (int i = 0; i < kRowsPerWarp; ++i)  // a missing second row repeats the first, unused
     load_factor_row<kRank>(p + (k * n + first + (i < rows ? i : 0)) * kRank, pr[i]);
   const float* qk = q + k * m * kRank;
   const int64_t base = k * stride + first * m;
@@ -126,30 +122,30 @@ __global__ void __launch_bounds__(kExpandWarps * 32)
   bool bad = false;
   for (int64_t jq0 = lane; jq0 < quads; jq0 += 64) {
     const bool both = jq0 + 32 < quads;
-    float rv[2][kExpandRowsPerWarp][4];
+    float rv[2][kRowsPerWarp][4];
     if (res) {
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
-        for (int i = 0; i < kExpandRowsPerWarp; ++i)
+        for (int i = 0; i < kRowsPerWarp; ++i)
           if ((u == 0 || both) && i < rows) load_pack<4>(res + i * m, jq0 + 32 * u, rv[u][i]);
     }
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       if (u == 1 && !both) break;
       const int64_t jq = jq0 + 32 * u;
-      float approx[kExpandRowsPerWarp][4] = {};
+      float approx[kRowsPerWarp][4] = {};
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         float qv[kRank];
         load_factor_row<kRank>(qk + (jq * 4 + c) * kRank, qv);
 #pragma unroll
-        for (int i = 0; i < kExpandRowsPerWarp; ++i)
+        for (int i = 0; i < kRowsPerWarp; ++i)
 #pragma unroll
           for (int t = 0; t < kRank; ++t) approx[i][c] += pr[i][t] * qv[t];  // t ascending
       }
 #pragma unroll
-      for (int i = 0; i < kExpandRowsPerWarp; ++i)
+      for (int i = 0; i < kRowsPerWarp; ++i)
         if (i < rows) {
           store_pack<4>(o + i * m, jq, approx[i]);
           if (res) {
@@ -271,13 +267,13 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
     const float* pp = p.data<float>() + g.p_offset;
     const float* qq = q.data<float>() + g.q_offset;
     if (quads && (g.rank == 4 || g.rank == 8)) {  // See Note [The expansion's Q reads]
-      const int64_t blocks = g.count * ((g.n + kExpandRows - 1) / kExpandRows);
+      const int64_t blocks = row_pass_blocks(g.count, g.n);
       VITDDP_CHECK(blocks <= int64_t(0x7fffffff), "expand_low_rank: too many blocks for one launch");
       if (g.rank == 4)
-        expand_rows_kernel<T, R, 4><<<static_cast<unsigned>(blocks), kExpandWarps * 32, 0, current_stream()>>>(
+        expand_rows_kernel<T, R, 4><<<static_cast<unsigned>(blocks), kRowsBlockWarps * 32, 0, current_stream()>>>(
             pp, qq, g.n, g.m, g.stride, o, res, bad);
       else
-        expand_rows_kernel<T, R, 8><<<static_cast<unsigned>(blocks), kExpandWarps * 32, 0, current_stream()>>>(
+        expand_rows_kernel<T, R, 8><<<static_cast<unsigned>(blocks), kRowsBlockWarps * 32, 0, current_stream()>>>(
             pp, qq, g.n, g.m, g.stride, o, res, bad);
     } else {
       const unsigned rows = static_cast<unsigned>(g.count * g.n);

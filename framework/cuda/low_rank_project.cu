@@ -5,6 +5,7 @@
 #include "framework/cuda/op_profiler.h"
 #include "framework/cuda/run_table.cuh"
 #include "framework/cuda/stream.h"
+#include "framework/cuda/warp_rows.cuh"
 
 namespace vitddp::cuda {
 namespace {
@@ -29,9 +30,6 @@ namespace {
 // quads a lane at a time, their eight loads first, made the first pass slower (0.76 ms); row
 // blocks of 64 or 256 for Q, 3% and 20% slower. Q's pass moves ~2.1 TB/s: its smaller groups
 // (ViT-L's 1024 x 1024 projections: 384 blocks) do not fill the GPU.
-constexpr int kProjectWarps = 8;
-constexpr int kRowsPerWarp = 2;
-constexpr int kProjectRows = kProjectWarps * kRowsPerWarp;  // rows of one matrix a block
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
 constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% slower, 256: 20%)
 
@@ -39,15 +37,14 @@ constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% s
 // stop: the error buffer becomes M) the error is read through the same unaliased pointer M is
 // written through, so the compiler may still move the next quad's loads above this one's stores.
 template <typename T, typename E, int kRank, bool kInPlace>
-__global__ void __launch_bounds__(kProjectWarps * 32)
+__global__ void __launch_bounds__(kRowsBlockWarps * 32)
     compensate_project_kernel(const T* __restrict__ grad, const E* __restrict__ error, const float* __restrict__ q,
                               int64_t n, int64_t m, int64_t stride, E* __restrict__ mo, float* __restrict__ p) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t blocks_per_matrix = (n + kProjectRows - 1) / kProjectRows;
-  const int64_t k = blockIdx.x / blocks_per_matrix;
-  const int64_t first = (blockIdx.x % blocks_per_matrix) * kProjectRows + warp * kRowsPerWarp;
-  if (first >= n) return;
-  const int rows = n - first < kRowsPerWarp ? static_cast<int>(n - first) : kRowsPerWarp;
+  const int lane = threadIdx.x % 32;
+  const WarpRows w = warp_rows(n);
+  if (w.rows == 0) return;
+  const int64_t k = w.matrix, first = w.first;
+  const int rows = w.rows;
   const float* qk = q + k * m * kRank;
   const int64_t base = k * stride + first * m;
   const T* gr = grad + base;
@@ -178,7 +175,7 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
                              const Tensor& q, const LowRankGroup& g) {
   if (g.rank != 4 && g.rank != 8) return false;
   if (g.m % 4 != 0 || g.stride % 4 != 0 || g.count < 1 || g.n < 1) return false;
-  if (g.count * ((g.n + kProjectRows - 1) / kProjectRows) > int64_t(0x7fffffff)) return false;
+  if (row_pass_blocks(g.count, g.n) > int64_t(0x7fffffff)) return false;
   if (g.count * ((g.n + kChunkRows - 1) / kChunkRows) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
       int64_t(0x7fffffff))
     return false;
@@ -203,9 +200,9 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
     E* mo = static_cast<E*>(m.data_ptr()) + g.offset;
     const float* qq = q.data<float>() + g.q_offset;
     float* pp = p.data<float>() + g.p_offset;
-    const unsigned blocks = static_cast<unsigned>(g.count * ((g.n + kProjectRows - 1) / kProjectRows));
+    const unsigned blocks = static_cast<unsigned>(row_pass_blocks(g.count, g.n));
     const auto launch = [&](auto kernel) {
-      kernel<<<blocks, kProjectWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
+      kernel<<<blocks, kRowsBlockWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
       CUDA_CHECK_LAUNCH();
     };
     // error and M are one buffer or apart (check_apart).
