@@ -52,24 +52,38 @@ void check_error_buffer(const Tensor& t, DType bucket, const char* op) {
                (std::string("a contiguous f32 or ") + dtype_name(bucket) + " CPU tensor").c_str(), t);
 }
 
-}  // namespace
-
-void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
-  check_tensor(grad.is_contiguous() && grad.numel() == out.numel(), "add_widened", "a contiguous gradient like out",
-               grad);
-  check_error_buffer(error, grad.dtype(), "add_widened");
-  check_error_buffer(out, grad.dtype(), "add_widened");
-  VITDDP_CHECK(error.numel() == out.numel() && error.dtype() == out.dtype(), "add_widened: ", error.description(),
-               " vs ", out.description());
-  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened", [&](auto zero, auto error_zero) {
+// out := grad + error over [begin, end) of each run (the whole bucket: one run).
+void add_widened_over(const Tensor& grad, const Tensor& error, const Tensor& out, const BucketRuns& runs,
+                      const char* op) {
+  check_tensor(grad.is_contiguous() && grad.numel() == out.numel(), op, "a contiguous gradient like out", grad);
+  check_error_buffer(error, grad.dtype(), op);
+  check_error_buffer(out, grad.dtype(), op);
+  VITDDP_CHECK(error.numel() == out.numel() && error.dtype() == out.dtype(), op, ": ", error.description(), " vs ",
+               out.description());
+  check_runs_inside(runs, grad, op);
+  dispatch_bucket_and_error(grad.dtype(), out.dtype(), op, [&](auto zero, auto error_zero) {
     using T = decltype(zero);
     using E = decltype(error_zero);
     const T* g = grad.data<T>();
     const E* e = error.data<E>();
     E* o = out.data<E>();
-    for (int64_t i = 0; i < out.numel(); ++i)
-      o[i] = static_cast<E>(static_cast<float>(g[i]) + static_cast<float>(e[i]));
+    for (size_t r = 0; r < runs.offsets.size(); ++r)
+      for (int64_t i = runs.offsets[r]; i < runs.offsets[r] + runs.numels[r]; ++i)
+        o[i] = static_cast<E>(static_cast<float>(g[i]) + static_cast<float>(e[i]));
   });
+}
+
+}  // namespace
+
+void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
+  BucketRuns whole;
+  whole.offsets = {0};
+  whole.numels = {out.numel()};
+  add_widened_over(grad, error, out, whole, "add_widened");
+}
+
+void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out) {
+  add_widened_over(grad, error, out, runs, "add_widened_runs");
 }
 
 void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, const Tensor& out,

@@ -46,6 +46,9 @@ namespace cpu {
 // (--powersgd-error-dtype bucket, as PyTorch's hook keeps them for 16-bit buckets).
 // out := grad + error in out's dtype; grad f32/bf16/f16, all contiguous with one numel.
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
+// out[runs] := grad[runs] + error[runs], as add_widened for the whole bucket: the elements that
+// compensate_and_project (low_rank_project.h) leaves (biases, layer norms, padding).
+void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out);
 // out[matrix k] := P_k Q_k^T in out's dtype (f32/bf16/f16); when `residual` (laid out like out)
 // is defined, residual[matrix k] -= P_k Q_k^T too, and flag (1) i64 := 1 when any new residual,
 // as stored, is NaN or Inf (left as it is otherwise).
@@ -63,6 +66,7 @@ namespace cuda {
 // As cpu:: above; one launch each (the runs: one per 96 runs, their places as kernel arguments,
 // so that the host never waits for the stream).
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out);
+void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out);
 void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out,
                      const Tensor& residual, const Tensor& flag);
 void gather_runs(const Tensor& src, const BucketRuns& runs, double scale, const Tensor& flat);

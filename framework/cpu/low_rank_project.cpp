@@ -76,26 +76,5 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
   });
 }
 
-void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out) {
-  check_tensor(grad.is_contiguous() && grad.device().is_cpu(), "add_widened_runs", "a contiguous CPU gradient", grad);
-  check_runs_inside(runs, grad, "add_widened_runs");
-  for (const Tensor* t : {&error, &out})
-    VITDDP_CHECK(t->is_contiguous() && t->device().is_cpu() && t->numel() == grad.numel() &&
-                     (t->dtype() == DType::kF32 || t->dtype() == grad.dtype()),
-                 "add_widened_runs: ", t->description(), " is not an f32 or ", dtype_name(grad.dtype()),
-                 " CPU buffer like ", grad.description());
-  VITDDP_CHECK(error.dtype() == out.dtype(), "add_widened_runs: ", error.description(), " vs ", out.description());
-  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened_runs", [&](auto zero, auto error_zero) {
-    using T = decltype(zero);
-    using E = decltype(error_zero);
-    const T* gr = grad.data<T>();
-    const E* e = error.data<E>();
-    E* o = out.data<E>();
-    for (size_t r = 0; r < runs.offsets.size(); ++r)
-      for (int64_t i = runs.offsets[r]; i < runs.offsets[r] + runs.numels[r]; ++i)
-        o[i] = static_cast<E>(static_cast<float>(gr[i]) + static_cast<float>(e[i]));
-  });
-}
-
 }  // namespace cpu
 }  // namespace vitddp

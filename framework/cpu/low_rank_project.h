@@ -22,9 +22,6 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
                             const Tensor& m, const Tensor& p);
 // Q_k := M_k^T P_k (f32) for each matrix k of the group; m f32 or 16-bit.
 void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& group, const Tensor& q);
-// out[runs] := grad[runs] + error[runs] in out's dtype, as add_widened does for the whole
-// bucket: the elements that compensate_and_project leaves (biases, layer norms, padding).
-void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out);
 }  // namespace cpu
 
 namespace cuda {
@@ -37,7 +34,6 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
 void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& group,
                             const Tensor& m, const Tensor& p);
 void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& group, const Tensor& q);
-void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out);
 }  // namespace cuda
 
 }  // namespace vitddp

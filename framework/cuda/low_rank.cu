@@ -5,7 +5,6 @@
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/op_profiler.h"
-#include "framework/cuda/run_table.cuh"
 #include "framework/cuda/stream.h"
 #include "framework/cuda/warp_rows.cuh"
 
@@ -162,6 +161,15 @@ __global__ void __launch_bounds__(kRowsBlockWarps * 32)
   if (bad) *flag = 1;  // every writer writes the same value
 }
 
+// The places of up to kRunsPerLaunch runs, by value: uploading them from pageable host memory
+// could make the host wait for the stream (see orthogonalize.cu).
+constexpr int kRunsPerLaunch = 96;  // 2.3 KB of arguments
+struct RunTable {
+  int64_t bucket_at[kRunsPerLaunch];
+  int64_t flat_at[kRunsPerLaunch];
+  int64_t numel[kRunsPerLaunch];
+};
+
 // blockIdx.y: the run; blocks along x share its elements.
 template <typename S>
 __global__ void gather_runs_kernel(const S* src, float* flat, RunTable t, float scale) {
@@ -171,6 +179,15 @@ __global__ void gather_runs_kernel(const S* src, float* flat, RunTable t, float 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
        i += int64_t(gridDim.x) * blockDim.x)
     f[i] = scale * to_f(s[i]);
+}
+
+template <typename T, typename E>
+__global__ void add_widened_runs_kernel(const T* grad, const E* error, E* out, RunTable t) {
+  const int run = blockIdx.y;
+  const int64_t at = t.bucket_at[run];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[at + i] = from_f<E>(to_f(grad[at + i]) + to_f(error[at + i]));
 }
 
 template <typename T, typename R>
@@ -192,6 +209,27 @@ __global__ void scatter_runs_kernel(const float* flat, T* bucket, R* residual, R
   if (bad) *flag = 1;
 }
 
+// Calls launch(table, runs_in_table, blocks_along_x) per chunk of kRunsPerLaunch runs.
+template <typename Launch>
+void for_run_tables(const BucketRuns& runs, Launch&& launch) {
+  int64_t flat_at = 0;
+  for (size_t first = 0; first < runs.offsets.size(); first += kRunsPerLaunch) {
+    const size_t count = std::min<size_t>(kRunsPerLaunch, runs.offsets.size() - first);
+    RunTable table{};
+    int64_t longest = 0;
+    for (size_t i = 0; i < count; ++i) {
+      table.bucket_at[i] = runs.offsets[first + i];
+      table.flat_at[i] = flat_at;
+      table.numel[i] = runs.numels[first + i];
+      flat_at += table.numel[i];
+      longest = std::max(longest, table.numel[i]);
+    }
+    if (longest == 0) continue;
+    const unsigned along = static_cast<unsigned>(std::min<int64_t>((longest + kThreads - 1) / kThreads, 64));
+    launch(table, static_cast<unsigned>(count), along);
+  }
+}
+
 void check_f32(const Tensor& t, const char* op) {
   check_tensor(t.dtype() == DType::kF32 && t.is_contiguous() && t.device().is_cuda(), op,
                "a contiguous f32 CUDA tensor", t);
@@ -203,15 +241,22 @@ void check_error_buffer(const Tensor& t, DType bucket, const char* op) {
                (std::string("a contiguous f32 or ") + dtype_name(bucket) + " CUDA tensor").c_str(), t);
 }
 
+// grad, and error and out beside it, for the compensation out := grad + error.
+void check_compensation(const Tensor& grad, const Tensor& error, const Tensor& out, const char* op) {
+  check_tensor(grad.is_contiguous() && grad.numel() == out.numel() && grad.device().is_cuda(), op,
+               "a contiguous CUDA gradient like out", grad);
+  check_error_buffer(error, grad.dtype(), op);
+  check_error_buffer(out, grad.dtype(), op);
+  VITDDP_CHECK(error.numel() == out.numel() && error.dtype() == out.dtype(), op, ": ", error.description(), " vs ",
+               out.description());
+  VITDDP_CHECK(error.device() == grad.device() && out.device() == grad.device(), op, ": ", error.description(), " and ",
+               out.description(), " beside ", grad.description());
+}
+
 }  // namespace
 
 void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
-  check_tensor(grad.is_contiguous() && grad.numel() == out.numel() && grad.device().is_cuda(), "add_widened",
-               "a contiguous CUDA gradient like out", grad);
-  check_error_buffer(error, grad.dtype(), "add_widened");
-  check_error_buffer(out, grad.dtype(), "add_widened");
-  VITDDP_CHECK(error.numel() == out.numel() && error.dtype() == out.dtype(), "add_widened: ", error.description(),
-               " vs ", out.description());
+  check_compensation(grad, error, out, "add_widened");
   const int64_t n = out.numel();
   if (n == 0) return;
   OpScope scope("powersgd compensate");
@@ -226,6 +271,22 @@ void add_widened(const Tensor& grad, const Tensor& error, const Tensor& out) {
     else
       add_widened_kernel<T, E><<<grid_for(n), kThreads, 0, current_stream()>>>(g, e, o, n);
     CUDA_CHECK_LAUNCH();
+  });
+}
+
+void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out) {
+  check_compensation(grad, error, out, "add_widened_runs");
+  check_runs_inside(runs, grad, "add_widened_runs");
+  OpScope scope("powersgd compensate");
+  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened_runs", [&](auto zero, auto error_zero) {
+    using T = decltype(zero);
+    using E = decltype(error_zero);
+    for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
+      add_widened_runs_kernel<T, E><<<dim3(along, count), kThreads, 0, current_stream()>>>(
+          static_cast<const T*>(grad.data_ptr()), static_cast<const E*>(error.data_ptr()),
+          static_cast<E*>(out.data_ptr()), table);
+      CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

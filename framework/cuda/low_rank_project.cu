@@ -3,7 +3,6 @@
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/op_profiler.h"
-#include "framework/cuda/run_table.cuh"
 #include "framework/cuda/stream.h"
 #include "framework/cuda/warp_rows.cuh"
 
@@ -137,15 +136,6 @@ __global__ void sum_partials_kernel(const float* __restrict__ partial, int64_t c
   }
 }
 
-template <typename T, typename E>
-__global__ void add_widened_runs_kernel(const T* grad, const E* error, E* out, RunTable t) {
-  const int run = blockIdx.y;
-  const int64_t at = t.bucket_at[run];
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < t.numel[run];
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[at + i] = from_f<E>(to_f(grad[at + i]) + to_f(error[at + i]));
-}
-
 bool aligned_at(const Tensor& t, int64_t offset) {
   return quad_aligned(static_cast<const char*>(t.data_ptr()) + offset * dtype_size(t.dtype()), dtype_size(t.dtype()));
 }
@@ -241,29 +231,6 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
   sum_partials_kernel<<<grid_for(g.count * per_matrix), kThreads, 0, current_stream()>>>(
       partial.data<float>(), g.count, chunks, per_matrix, q.data<float>() + g.q_offset);
   CUDA_CHECK_LAUNCH();
-}
-
-void add_widened_runs(const Tensor& grad, const Tensor& error, const BucketRuns& runs, const Tensor& out) {
-  check_tensor(grad.is_contiguous() && grad.device().is_cuda(), "add_widened_runs", "a contiguous CUDA gradient",
-               grad);
-  check_runs_inside(runs, grad, "add_widened_runs");
-  for (const Tensor* t : {&error, &out})
-    VITDDP_CHECK(t->is_contiguous() && t->device() == grad.device() && t->numel() == grad.numel() &&
-                     (t->dtype() == DType::kF32 || t->dtype() == grad.dtype()),
-                 "add_widened_runs: ", t->description(), " is not an f32 or ", dtype_name(grad.dtype()),
-                 " CUDA buffer like ", grad.description());
-  VITDDP_CHECK(error.dtype() == out.dtype(), "add_widened_runs: ", error.description(), " vs ", out.description());
-  OpScope scope("powersgd compensate");
-  dispatch_bucket_and_error(grad.dtype(), out.dtype(), "add_widened_runs", [&](auto zero, auto error_zero) {
-    using T = decltype(zero);
-    using E = decltype(error_zero);
-    for_run_tables(runs, [&](const RunTable& table, unsigned count, unsigned along) {
-      add_widened_runs_kernel<T, E><<<dim3(along, count), kThreads, 0, current_stream()>>>(
-          static_cast<const T*>(grad.data_ptr()), static_cast<const E*>(error.data_ptr()),
-          static_cast<E*>(out.data_ptr()), table);
-      CUDA_CHECK_LAUNCH();
-    });
-  });
 }
 
 }  // namespace vitddp::cuda

@@ -1,6 +1,6 @@
 // PowerSGD's products as bucket passes on the CPU (framework/cpu/low_rank_project.h) against
 // plain double-precision loops: the compensation fused with P = M Q writes M only inside the
-// group's matrices, Q = M^T P reads M as stored, the runs' compensation touches only its runs.
+// group's matrices, Q = M^T P reads M as stored.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,19 +95,6 @@ TEST(LowRankProject, QIsMTransposedTimesP) {
         }
     for (int at = 0; at < 3; ++at) EXPECT_EQ(qv[at], q0[at]);  // before the group's Q
   }
-}
-
-TEST(LowRankProject, RunsCompensationTouchesOnlyItsRuns) {
-  BucketRuns runs;
-  runs.offsets = {0, 6};
-  runs.numels = {2, 3};
-  Tensor grad = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9}, {9}).to(DType::kBF16);
-  Tensor error = Tensor::from_vector({10, 20, 30, 40, 50, 60, 70, 80, 90}, {9});
-  Tensor out = Tensor::zeros({9}, DType::kF32);
-  cpu::add_widened_runs(grad, error, runs, out);
-  EXPECT_EQ(out.to_vector(), (std::vector<double>{11, 22, 0, 0, 0, 0, 77, 88, 99}));
-  runs.numels = {2, 4};  // past the bucket's end
-  EXPECT_THROW(cpu::add_widened_runs(grad, error, runs, out), Error);
 }
 
 TEST(LowRankProject, BadBuffersAreRefused) {

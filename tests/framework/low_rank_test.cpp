@@ -143,5 +143,19 @@ TEST(LowRank, RunsGatherScaledAndScatterIntoTheBucketAndTheResidual) {
   EXPECT_THROW(cpu::gather_runs(src, runs, 1.0, Tensor::empty({6}, DType::kF32)), Error);
 }
 
+// The compensation outside PowerSGD's matrices: grad + error over the runs only.
+TEST(LowRank, RunsCompensationTouchesOnlyItsRuns) {
+  BucketRuns runs;
+  runs.offsets = {0, 6};
+  runs.numels = {2, 3};
+  Tensor grad = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9}, {9}).to(DType::kBF16);
+  Tensor error = Tensor::from_vector({10, 20, 30, 40, 50, 60, 70, 80, 90}, {9});
+  Tensor out = Tensor::zeros({9}, DType::kF32);
+  cpu::add_widened_runs(grad, error, runs, out);
+  EXPECT_EQ(out.to_vector(), (std::vector<double>{11, 22, 0, 0, 0, 0, 77, 88, 99}));
+  runs.numels = {2, 4};  // past the bucket's end
+  EXPECT_THROW(cpu::add_widened_runs(grad, error, runs, out), Error);
+}
+
 }  // namespace
 }  // namespace vitddp
