@@ -5,6 +5,8 @@
 # clocks are left alone (--clock-control none).
 # Usage: scripts/ncu_kernels.sh BUILD_DIR KERNEL_REGEX [PRECISION] [LAUNCH_COUNT]
 # e.g. scripts/ncu_kernels.sh build-gpu 'layer_norm|gelu|add_words' bf16 200
+# NCU_TRAIN_FLAGS: more train flags (e.g. "--ddp --hook powersgd --powersgd-rank 4" for the hook's
+# kernels on one GPU); NCU_DETAIL=1 adds the memory-workload and warp-state sections to the CSV.
 set -uo pipefail
 build=${1:?build dir}
 regex=${2:?kernel name regex}
@@ -18,9 +20,10 @@ command -v ncu > /dev/null || { echo "ncu not found"; exit 1; }
 # first steps' autotuning and first-use allocations; at most LAUNCH_COUNT of them.
 ncu --clock-control none --target-processes all --nvtx --nvtx-include "vitddp@step 4/" \
   --kernel-name "regex:$regex" --launch-count "$count" \
-  --section SpeedOfLight --section Occupancy --section LaunchStats --csv \
+  --section SpeedOfLight --section Occupancy --section LaunchStats \
+  ${NCU_DETAIL:+--section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats} --csv \
   "$build/bin/train" --gpus 1 --model vit_l_32 --precision "$precision" --data gpu --warmup 2 --steps 2 \
-  --print-every 0 > "$out/ncu_$precision.csv" 2> "$out/ncu_$precision.log"
+  --print-every 0 ${NCU_TRAIN_FLAGS:-} > "$out/ncu_$precision.csv" 2> "$out/ncu_$precision.log"
 status=$?
 echo "ncu exit $status ($out/ncu_$precision.csv)"
 python3 - "$out/ncu_$precision.csv" <<'PY' || true
