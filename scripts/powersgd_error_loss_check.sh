@@ -9,6 +9,8 @@
 # dashes), PSGD_LOSS_A (the reference value), PSGD_LOSS_B and PSGD_LOSS_EXTRA (more flags for both
 # runs): e.g. PSGD_LOSS_FLAG=powersgd-products PSGD_LOSS_A=gemm PSGD_LOSS_B=passes
 # PSGD_LOSS_EXTRA="--powersgd-error-dtype bucket", written to $OUT/powersgd_products_loss.json.
+# PSGD_LOSS_GPUS=1 runs both on one GPU as a one-rank DDP run (--ddp: the hook compresses all the
+# same, its error feedback included), where two GPUs are not at hand.
 # Usage: scripts/powersgd_error_loss_check.sh BUILD_DIR [steps]
 set -uo pipefail
 build=${1:?build dir}
@@ -21,7 +23,8 @@ name=${flag#powersgd-}
 name=powersgd_${name%%-*}_loss
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-flags=(--gpus 2 --precision bf16 --hook powersgd --powersgd-rank 4 --bucket-mb 2000 --data learnable --optimizer adamw
+gpus=(--gpus "${PSGD_LOSS_GPUS:-2}"); [ "${PSGD_LOSS_GPUS:-2}" = 1 ] && gpus+=(--ddp)
+flags=("${gpus[@]}" --precision bf16 --hook powersgd --powersgd-rank 4 --bucket-mb 2000 --data learnable --optimizer adamw
        --lr 1e-4 --warmup 0 --steps "$steps" --print-every 0 --json --seed 3 --timeout 120 ${PSGD_LOSS_EXTRA:-})
 for e in "$a" "$b"; do
   "$build/bin/train" "${flags[@]}" "--$flag" "$e" 2> "$out/psgd_loss_$e.err" | grep '^{' \

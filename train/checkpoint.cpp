@@ -228,7 +228,7 @@ struct Record {
   int64_t powersgd_iter = 0;
   struct PsgdBucket {
     size_t index = 0;
-    bool error = false, q = false;
+    bool error = false, q = false, sent_p = false;  // sent_p: optional key (older records lack it)
   };
   std::vector<PsgdBucket> powersgd_buckets;
   std::vector<std::vector<size_t>> buckets;  // optional key "buckets"
@@ -357,11 +357,15 @@ Record parse_record_text(const std::string& text, const std::string& label) {
     for (size_t i = 0; i < psgd["buckets"].size(); ++i) {
       const std::string where = "powersgd.buckets[" + std::to_string(i) + "]";
       const json& b = psgd["buckets"][i];
-      r.exact_keys(b, where, {"index", "error", "q"});
+      if (b.is_object() && b.contains("sent_p"))
+        r.exact_keys(b, where, {"index", "error", "q", "sent_p"});
+      else
+        r.exact_keys(b, where, {"index", "error", "q"});
       Record::PsgdBucket bucket;
       bucket.index = static_cast<size_t>(r.integer(b, where, "index", 0));
       bucket.error = r.boolean(b, where, "error");
       bucket.q = r.boolean(b, where, "q");
+      if (b.contains("sent_p")) bucket.sent_p = r.boolean(b, where, "sent_p");
       if (!seen.insert(bucket.index).second) r.fail("PowerSGD bucket ", bucket.index, " is listed twice");
       rec.powersgd_buckets.push_back(bucket);
     }
@@ -417,7 +421,8 @@ std::string record_text(const CheckpointState& s, const std::string& tensors_fil
   if (s.powersgd) {
     ojson buckets = ojson::array();
     for (const auto& [index, b] : s.powersgd->buckets)
-      buckets.push_back({{"index", index}, {"error", b.error.defined()}, {"q", b.q.defined()}});
+      buckets.push_back(
+          {{"index", index}, {"error", b.error.defined()}, {"q", b.q.defined()}, {"sent_p", b.sent_p.defined()}});
     j["powersgd"] = {{"iter", s.powersgd->iter}, {"buckets", std::move(buckets)}};
   } else {
     j["powersgd"] = nullptr;
@@ -443,6 +448,7 @@ NamedTensors checkpoint_tensors(const CheckpointState& s) {
     for (const auto& [index, b] : s.powersgd->buckets) {
       if (b.error.defined()) out.emplace_back(powersgd_name(index, "error"), b.error);
       if (b.q.defined()) out.emplace_back(powersgd_name(index, "q"), b.q);
+      if (b.sent_p.defined()) out.emplace_back(powersgd_name(index, "sent_p"), b.sent_p);
     }
   return out;
 }
@@ -832,7 +838,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
     } else if (starts_with(name, kOptimPrefix)) {
       state.optimizer_state.emplace_back(name.substr(std::strlen(kOptimPrefix)), std::move(t));
     } else if (starts_with(name, kPowerSgdPrefix) && rec.has_powersgd) {
-      // "powersgd.b<index>.error" or ".q", for a bucket the record lists with that part.
+      // "powersgd.b<index>.error", ".q" or ".sent_p", for a bucket the record lists with that part.
       const std::string rest = name.substr(std::strlen(kPowerSgdPrefix));
       const size_t dot = rest.find('.');
       const std::string digits = rest.substr(0, dot);
@@ -840,27 +846,32 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
       bool ok = !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
       const size_t index = ok ? static_cast<size_t>(std::stoul(digits)) : 0;
       auto it = listed.find(index);
-      ok = ok && it != listed.end() && ((part == "error" && it->second.error) || (part == "q" && it->second.q));
+      ok = ok && it != listed.end() &&
+           ((part == "error" && it->second.error) || (part == "q" && it->second.q) ||
+            (part == "sent_p" && it->second.sent_p));
       if (!ok) fail(tensors_path, "unexpected tensor " + quote(name) + " (not in the record's PowerSGD buckets)");
-      // The error may be 16-bit (--powersgd-error-dtype bucket); Q is always f32.
+      // The error may be 16-bit (--powersgd-error-dtype bucket); Q and the sent P are always f32.
       const bool dtype_ok = t.dtype() == DType::kF32 ||
                             (part == "error" && (t.dtype() == DType::kBF16 || t.dtype() == DType::kF16));
       if (!dtype_ok || t.dim() != 1)
         fail(tensors_path, "PowerSGD tensor " + quote(name) + " is " + describe(t) + ", expected 1-D F32" +
                                (part == "error" ? " (or BF16/F16 for an error)" : ""));
       PowerSgdState::Bucket& b = state.powersgd->buckets[index];
-      (part == "error" ? b.error : b.q) = std::move(t);
+      (part == "error" ? b.error : part == "q" ? b.q : b.sent_p) = std::move(t);
     } else {
       fail(tensors_path, "unexpected tensor " + quote(name) +
-                             " (checkpoint tensors are named weights.*, optim.* or powersgd.b<i>.error|q)");
+                             " (checkpoint tensors are named weights.*, optim.* or powersgd.b<i>.error|q|sent_p)");
     }
   }
   if (state.powersgd)
     for (const auto& [index, b] : listed) {
       const PowerSgdState::Bucket& got = state.powersgd->buckets[index];
-      if ((b.error && !got.error.defined()) || (b.q && !got.q.defined()))
-        fail(tensors_path, "PowerSGD bucket " + std::to_string(index) + "'s " +
-                               (b.error && !got.error.defined() ? "error" : "q") +
+      const char* missing = b.error && !got.error.defined() ? "error"
+                            : b.q && !got.q.defined()         ? "q"
+                            : b.sent_p && !got.sent_p.defined() ? "sent_p"
+                                                                : nullptr;
+      if (missing)
+        fail(tensors_path, "PowerSGD bucket " + std::to_string(index) + "'s " + missing +
                                " tensor is missing (the record lists it)");
     }
   check_tensors_match(tensors_path, "weight", state.weights, expect.weights);
@@ -883,6 +894,7 @@ PowerSgdState powersgd_state_on(const PowerSgdState& saved, Device device) {
     PowerSgdState::Bucket& o = out.buckets[index];
     if (b.error.defined()) o.error = b.error.to(device).clone();
     if (b.q.defined()) o.q = b.q.to(device).clone();
+    if (b.sent_p.defined()) o.sent_p = b.sent_p.to(device).clone();
   }
   return out;
 }

@@ -3,7 +3,9 @@
 //
 // Layout (every rank writes its own pair of files; the PowerSGD state differs per rank):
 //
-//   DIR/step-000120/rank-0.safetensors  "weights.<param>", "optim.<state>", "powersgd.b<i>.error|q"
+//   DIR/step-000120/rank-0.safetensors  "weights.<param>", "optim.<state>", "powersgd.b<i>.error|q|sent_p"
+//                                       (with sent_p, the error buffer holds M and the error is
+//                                       M - sent_p Q^T: Note [The error settled a step late])
 //   DIR/step-000120/rank-0.json         the record: step, model, world size, RNG, loader step,
 //                                       config, and the tensors file's size and CRC-32
 //   DIR/step-000120/rank-1.{safetensors,json}

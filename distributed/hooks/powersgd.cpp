@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include <cmath>
@@ -92,11 +93,11 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
 #endif
 }
 
-void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& group,
-                            const Tensor& m, const Tensor& p) {
-  if (grad.device().is_cpu()) return cpu::compensate_and_project(grad, error, q, group, m, p);
+void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& sent_p, const Tensor& q,
+                            const LowRankGroup& group, const Tensor& m, const Tensor& p) {
+  if (grad.device().is_cpu()) return cpu::compensate_and_project(grad, error, sent_p, q, group, m, p);
 #if VITDDP_WITH_CUDA
-  cuda::compensate_and_project(grad, error, q, group, m, p);
+  cuda::compensate_and_project(grad, error, sent_p, q, group, m, p);
 #endif
 }
 
@@ -140,6 +141,42 @@ void copy_unless_flagged(Tensor dst, const Tensor& src, const Tensor& flag) {
 
 Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& shape) {
   return flat.as_strided(shape, contiguous_strides(shape), flat.storage_offset() + offset);
+}
+
+// Note [The error settled a step late]
+// With error feedback the expansion wrote P Q^T into the bucket and, in the same pass, turned M
+// into the new error M - P Q^T: it read M and wrote two arrays, 1.8 GB a step for ViT-L in bf16
+// (0.61 ms, a2f7305). With warm start the next step's compensation reads the same Q for P = M Q
+// anyway, so the subtraction can wait for it: the error buffer keeps M, the P sent is kept
+// (`sent_p`, a few MB), and the next step computes M' = gradient + M - P Q^T from Q's rows it
+// already holds and P's two rows a warp in registers. The expansion then only writes the bucket
+// (0.6 GB) and the compensation moves what it did. The value is the same sum, rounded once less:
+// M - P Q^T is no longer stored in 16 bits (or f32) before the gradient is added. The tensors
+// sent uncompressed keep their error as before (scatter_runs). The first step subtracts a zero P;
+// settle_error() does the subtraction in place where the error itself is wanted (a checkpoint,
+// a step that does not settle late), leaving the state equivalent. A non-finite M still flags
+// the step: its row of P, hence every column of Q, comes out non-finite.
+void settle_error(PowerSgdState::Bucket& st) {
+  if (!st.sent_p.defined()) return;
+  VITDDP_CHECK(!st.settle_groups.empty(), "powersgd: an error restored with its sent P is settled only after a "
+               "compressed step has laid out the bucket's matrices");
+  int64_t largest = 0;
+  for (const LowRankGroup& g : st.settle_groups) largest = std::max(largest, g.n * g.m);
+  // One matrix at a time, through the expansion into a scratch matrix: the bucket is not at hand.
+  Tensor scratch = Tensor::empty({largest}, st.error.dtype(), st.error.device());
+  Tensor flag = Tensor::zeros({1}, DType::kI64, st.error.device());
+  for (const LowRankGroup& g : st.settle_groups)
+    for (int64_t k = 0; k < g.count; ++k) {
+      LowRankGroup one = g;
+      one.count = 1;
+      one.offset = 0;
+      one.stride = g.n * g.m;
+      one.p_offset = g.p_offset + k * g.n * g.rank;
+      one.q_offset = g.q_offset + k * g.m * g.rank;
+      expand_low_rank(st.sent_p, st.q, one, slice_of(scratch, 0, {g.n * g.m}),
+                      slice_of(st.error, g.offset + k * g.stride, {g.n * g.m}), flag);
+    }
+  st.sent_p.fill_(0.0);
 }
 
 // How one bucket splits into compressed matrices and uncompressed tensors. Matrices of one
@@ -298,8 +335,9 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
 struct PowerSgdHook::Staged {
   struct Entry {
     PowerSgdState::Bucket* state;
-    Tensor error;  // (bucket numel) the new error (f32 or the bucket's dtype), or undefined without error feedback
-    Tensor q;      // the new Q, or undefined when the bucket has no compressed matrix
+    Tensor error;   // (bucket numel) the new error (f32 or the bucket's dtype), or undefined without error feedback
+    Tensor q;       // the new Q, or undefined when the bucket has no compressed matrix
+    Tensor sent_p;  // the P sent, when the error is settled a step late (Note [The error settled a step late])
   };
   Tensor skip;     // (1) i64 on the device: 1 once anything new is not finite
   std::vector<Entry> entries;
@@ -318,6 +356,7 @@ struct PowerSgdHook::Staged {
     for (const Entry& e : entries) {
       if (e.error.defined()) copy_unless_flagged(e.state->error, e.error, skip);
       if (e.q.defined()) copy_unless_flagged(e.state->q, e.q, skip);
+      if (e.sent_p.defined()) copy_unless_flagged(e.state->sent_p, e.sent_p, skip);
     }
     entries.clear();
     last_launched = false;
@@ -373,6 +412,8 @@ class PowerSgdWork final : public Work {
     Tensor work;          // M: the matrices compressed (`compensated`, the bucket itself, or a copy in M's
                           // dtype), held until the products that read it are done
     Tensor compensated;   // bucket + error, then the new error; undefined without error feedback
+    // The error settled a step late: the expansion leaves M in `compensated` over the matrices.
+    bool settle_late = false;
     // 16-bit copies of Q and P for the products of a 16-bit M (Note [A 16-bit error]), made on the
     // side stream and held here like `work`: freed after the compute stream's join, never on the
     // side stream after its last join (a CUDA graph capture refuses such unjoined frees).
@@ -394,11 +435,13 @@ class PowerSgdWork final : public Work {
     PowerSgdHook::Staged& staged = *p_.staged;
     // One pass per group writes the approximation into the bucket and, with error feedback,
     // leaves in `compensated` what was not sent: the compensated local gradient minus it.
+    const Tensor residual = p_.settle_late ? Tensor() : p_.compensated;
     for (const LowRankGroup& group : p_.plan.low_rank)
-      expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, p_.compensated, staged.skip);
+      expand_low_rank(p_.p, p_.q, group, p_.bucket.buffer, residual, staged.skip);
     if (p_.flat.defined())  // the uncompressed tensors: their plain average
       scatter_runs(p_.flat, p_.plan.runs, p_.bucket.buffer, p_.compensated, staged.skip);
-    PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor()};
+    PowerSgdHook::Staged::Entry entry{p_.state, Tensor(), Tensor(), Tensor()};
+    if (p_.settle_late) entry.sent_p = slice_of(p_.p, 0, {p_.plan.p_numel});
     // In place (not staged) the state already is the new one; only the flag is kept.
     const bool in_place_error = p_.compensated.defined() && p_.compensated.same_impl(p_.state->error);
     if (p_.compensated.defined() && !in_place_error) entry.error = p_.compensated;
@@ -493,6 +536,13 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   // Q: the same random start on every rank, then (warm start) last step's Q. This step works on
   // a copy, committed with the error.
   if (ride_with_p) {
+    // A state made for another rank or bucket layout (a checkpoint resumed with other flags).
+    for (const auto& [part, numel, want] : {std::tuple{"Q", st.q.defined() ? st.q.numel() : -1, parts.plan.q_numel},
+                                            std::tuple{"sent P", st.sent_p.defined() ? st.sent_p.numel() : -1,
+                                                       parts.plan.p_numel}})
+      VITDDP_CHECK(numel < 0 || numel == want, "powersgd: bucket ", bucket.index, "'s ", part, " holds ", numel,
+                   " values where rank ", options_.rank, " needs ", want,
+                   " (resume with the --powersgd-rank and bucket sizes the checkpoint was saved with)");
     auto initial_q = [&] {
       Tensor q = Tensor::empty({parts.plan.q_numel}, DType::kF32);
       Generator gen(mix64(options_.seed, bucket.index));
@@ -512,6 +562,13 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   bool passes = options_.bucket_pass_products && options_.error_feedback && ride_with_p;
   for (const LowRankGroup& g : parts.plan.low_rank)
     passes = passes && projection_kernels_take(bucket.buffer, st.error, parts.compensated, parts.p, parts.q, g);
+  // See Note [The error settled a step late]: it needs this step's Q to be the last one's. A
+  // pending subtraction (a resumed state's too) belongs to this plan's matrices.
+  parts.settle_late = passes && options_.warm_start;
+  if (parts.settle_late && !st.sent_p.defined())
+    st.sent_p = Tensor::zeros({parts.plan.p_numel}, DType::kF32, device);
+  if (st.sent_p.defined()) st.settle_groups = parts.plan.low_rank;
+  if (!parts.settle_late) settle_error(st);  // one left pending by a step that settled late
   if (options_.error_feedback) {
     if (passes)  // the matrices' compensation comes with P below
       add_widened_runs(bucket.buffer, st.error, parts.plan.outside_matrices, parts.compensated);
@@ -537,7 +594,8 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   if (passes) {
     ++buckets_by_passes_;
     for (const LowRankGroup& g : parts.plan.low_rank)  // M = gradient + error and P = M Q
-      compensate_and_project(bucket.buffer, st.error, parts.q, g, parts.compensated, parts.p);
+      compensate_and_project(bucket.buffer, st.error, parts.settle_late ? st.sent_p : Tensor(), parts.q, g,
+                             parts.compensated, parts.p);
     group.allreduce(parts.p, ReduceOp::kSum)->wait();  // P, and the uncompressed tensors behind it
     orthogonalize(parts.p, parts.plan.p_batch);
     for (const LowRankGroup& g : parts.plan.low_rank)  // Q = M^T P
@@ -593,6 +651,19 @@ Tensor PowerSgdHook::factor_buffer(size_t bucket, int64_t numel, const Device& d
   if (!buffer.defined() || buffer.numel() != numel || buffer.device() != device)
     buffer = Tensor::empty({numel}, DType::kF32, device);
   return buffer;
+}
+
+void PowerSgdHook::settle_errors() {
+  for (auto& [index, bucket] : state_.buckets) settle_error(bucket);
+}
+
+Tensor PowerSgdHook::settled_error(size_t index) const {
+  PowerSgdState::Bucket copy = state_.buckets.at(index);
+  if (!copy.error.defined()) return Tensor();
+  copy.error = copy.error.clone();
+  if (copy.sent_p.defined()) copy.sent_p = copy.sent_p.clone();
+  settle_error(copy);
+  return copy.error;
 }
 
 std::unique_ptr<CommHook> make_powersgd_hook(const PowerSgdOptions& options) {

@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "distributed/comm_hook.h"
+#include "framework/cpu/low_rank.h"
 
 namespace vitddp {
 
@@ -45,6 +47,13 @@ struct PowerSgdState {
   struct Bucket {
     Tensor error;  // (bucket numel) f32 or the bucket's dtype, what the last compression did not send
     Tensor q;      // all Q matrices of the bucket back to back, f32
+    // With the products as passes and warm start, the approximation sent is subtracted from the
+    // error by the next step's compensation (Note [The error settled a step late] in the .cpp):
+    // over the matrices of `settle_groups`, `error` then holds last step's M and the error is
+    // error - P Q^T, P being `sent_p` (f32, laid out as the bucket's P). Zero or undefined: the
+    // error is `error` itself. PowerSgdHook::settle_errors() makes it so.
+    Tensor sent_p;
+    std::vector<LowRankGroup> settle_groups;
   };
   int64_t iter = 0;
   std::map<size_t, Bucket> buckets;
@@ -57,6 +66,12 @@ class PowerSgdHook final : public CommHook {
   std::shared_ptr<Work> run(ProcessGroup& group, GradBucket& bucket) override;
   const PowerSgdState& state() const { return state_; }
   PowerSgdState& state() { return state_; }
+  // Subtracts every bucket's pending approximation from its error buffer (Note [The error settled
+  // a step late]), so that state().buckets[i].error is the error itself; the next step works from
+  // it unchanged (up to the rounding of the stored error). On the current stream, between steps.
+  void settle_errors();
+  // Bucket `index`'s error feedback as a new tensor, the state left as it is.
+  Tensor settled_error(size_t index) const;
   const PowerSgdOptions& options() const { return options_; }
   // Buckets changed (the reducer's one rebuild): per-bucket errors and Q start again.
   void buckets_rebuilt() override {

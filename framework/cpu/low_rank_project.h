@@ -10,16 +10,20 @@
 namespace vitddp {
 
 // Throws vitddp::Error unless grad (any floating dtype) and the buffers laid out like it (error,
-// m: f32 or grad's dtype, m's like error's) hold the group, and p and q (f32) its factors.
+// m: f32 or grad's dtype, m's like error's) hold the group, p and q (f32) its factors, and a
+// defined sent_p (f32) P's rows as p holds them.
 void check_projection(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p, const Tensor& q,
-                      const LowRankGroup& group, const char* op);
+                      const LowRankGroup& group, const char* op, const Tensor& sent_p = Tensor());
 
 namespace cpu {
-// For each matrix k of the group: M_k := grad_k + error_k, stored in m's dtype (m may be error
-// itself: each element is read before it is written), and P_k := M_k Q_k in f32 from the stored
-// M. Elements of the bucket outside the group's matrices are left alone.
-void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& group,
-                            const Tensor& m, const Tensor& p);
+// For each matrix k of the group: M_k := grad_k + error_k - S_k Q_k^T, stored in m's dtype (m may
+// be error itself: each element is read before it is written), and P_k := M_k Q_k in f32 from the
+// stored M. S_k: the last step's P_k at p's places in `sent_p` (f32, apart from p), so that
+// error_k - S_k Q_k^T is the error feedback when `error` holds last step's M (Note [The error
+// settled a step late] in distributed/hooks/powersgd.cpp); undefined: no subtraction. Elements of
+// the bucket outside the group's matrices are left alone.
+void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& sent_p, const Tensor& q,
+                            const LowRankGroup& group, const Tensor& m, const Tensor& p);
 // Q_k := M_k^T P_k (f32) for each matrix k of the group; m f32 or 16-bit.
 void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& group, const Tensor& q);
 }  // namespace cpu
@@ -31,8 +35,8 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
                              const Tensor& q, const LowRankGroup& group);
 // As cpu:: above; each throws unless projection_kernels_take. Deterministic: no atomics, so a
 // replayed CUDA graph gives the eager step's bits.
-void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& group,
-                            const Tensor& m, const Tensor& p);
+void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& sent_p, const Tensor& q,
+                            const LowRankGroup& group, const Tensor& m, const Tensor& p);
 void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& group, const Tensor& q);
 }  // namespace cuda
 

@@ -1,5 +1,7 @@
 #include "framework/cpu/low_rank_project.h"
 
+#include <type_traits>
+
 #include "framework/cuda/check.h"
 #include "framework/cuda/kernel_utils.cuh"
 #include "framework/cuda/op_profiler.h"
@@ -32,18 +34,33 @@ namespace {
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
 constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% slower, 256: 20%)
 
+// Blocks a multiprocessor keeps: at rank 4, three (80 registers a thread) hold the subtraction's
+// registers too without spilling (unbounded it took 96: two); four (64 registers) spill.
+template <int kRank>
+constexpr int kCompensateBlocksPerSm = kRank == 4 ? 3 : 2;
+
 // A quad of both rows a lane per iteration, the loop unrolled by two. In place (--nonfinite
 // stop: the error buffer becomes M) the error is read through the same unaliased pointer M is
 // written through, so the compiler may still move the next quad's loads above this one's stores.
-template <typename T, typename E, int kRank, bool kInPlace>
-__global__ void __launch_bounds__(kRowsBlockWarps * 32)
-    compensate_project_kernel(const T* __restrict__ grad, const E* __restrict__ error, const float* __restrict__ q,
-                              int64_t n, int64_t m, int64_t stride, E* __restrict__ mo, float* __restrict__ p) {
+// kSubtract: the error is last step's M, from which the approximation then sent, S Q^T, is
+// subtracted here (Note [The error settled a step late], distributed/hooks/powersgd.cpp): S's
+// two rows in registers, Q's rows those read for P anyway.
+template <typename T, typename E, int kRank, bool kInPlace, bool kSubtract>
+__global__ void __launch_bounds__(kRowsBlockWarps * 32, kCompensateBlocksPerSm<kRank>)
+    compensate_project_kernel(const T* __restrict__ grad, const E* __restrict__ error,
+                              const float* __restrict__ sent_p, const float* __restrict__ q, int64_t n, int64_t m,
+                              int64_t stride, E* __restrict__ mo, float* __restrict__ p) {
   const int lane = threadIdx.x % 32;
   const WarpRows w = warp_rows(n);
   if (w.rows == 0) return;
   const int64_t k = w.matrix, first = w.first;
   const int rows = w.rows;
+  float sp[kRowsPerWarp][kRank];
+  if constexpr (kSubtract) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)  // a missing second row repeats the first, unused
+      load_factor_row<kRank>(sent_p + (k * n + first + (i < rows ? i : 0)) * kRank, sp[i]);
+  }
   const float* qk = q + k * m * kRank;
   const int64_t base = k * stride + first * m;
   const T* gr = grad + base;
@@ -67,7 +84,14 @@ __global__ void __launch_bounds__(kRowsBlockWarps * 32)
       if (i < rows) {
         float v[4];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) v[c] = to_f(from_f<E>(g[i][c] + e[i][c]));  // M as stored
+        for (int c = 0; c < 4; ++c) {
+          float sent = 0.0f;
+          if constexpr (kSubtract) {
+#pragma unroll
+            for (int t = 0; t < kRank; ++t) sent += sp[i][t] * qv[c][t];  // t ascending, as the expansion
+          }
+          v[c] = to_f(from_f<E>(g[i][c] + e[i][c] - sent));  // M as stored
+        }
         store_pack<4>(dst + i * m, jq, v);
 #pragma unroll
         for (int c = 0; c < 4; ++c)
@@ -141,8 +165,8 @@ bool aligned_at(const Tensor& t, int64_t offset) {
 }
 
 void check_taken(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p, const Tensor& q,
-                 const LowRankGroup& g, const char* op) {
-  check_projection(grad, error, m, p, q, g, op);
+                 const LowRankGroup& g, const char* op, const Tensor& sent_p = Tensor()) {
+  check_projection(grad, error, m, p, q, g, op, sent_p);
   VITDDP_CHECK(grad.device().is_cuda(), op, ": cuda:: takes CUDA tensors, got ", grad.description());
   VITDDP_CHECK(projection_kernels_take(grad, error, m, p, q, g), op,
                ": the kernels take ranks 4 and 8 with rows of whole, aligned quads (rank ", g.rank, ", ", g.n, " x ",
@@ -175,9 +199,13 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
   return aligned_at(p, g.p_offset) && aligned_at(q, g.q_offset);
 }
 
-void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& q, const LowRankGroup& g,
-                            const Tensor& m, const Tensor& p) {
-  check_taken(grad, error, m, p, q, g, "compensate_and_project");
+void compensate_and_project(const Tensor& grad, const Tensor& error, const Tensor& sent_p, const Tensor& q,
+                            const LowRankGroup& g, const Tensor& m, const Tensor& p) {
+  check_taken(grad, error, m, p, q, g, "compensate_and_project", sent_p);
+  if (sent_p.defined()) {
+    VITDDP_CHECK(aligned_at(sent_p, g.p_offset), "compensate_and_project: the sent P's rows are not aligned to a quad");
+    check_apart(sent_p, m, false, "the sent P and M overlap", "compensate_and_project");
+  }
   check_apart(error, m, true, "the error and M overlap without being one buffer", "compensate_and_project");
   check_apart(grad, m, false, "the gradient and M overlap", "compensate_and_project");
   check_apart(p, q, false, "P and Q overlap", "compensate_and_project");
@@ -190,17 +218,27 @@ void compensate_and_project(const Tensor& grad, const Tensor& error, const Tenso
     E* mo = static_cast<E*>(m.data_ptr()) + g.offset;
     const float* qq = q.data<float>() + g.q_offset;
     float* pp = p.data<float>() + g.p_offset;
+    const float* sp = sent_p.defined() ? sent_p.data<float>() + g.p_offset : nullptr;
     const unsigned blocks = static_cast<unsigned>(row_pass_blocks(g.count, g.n));
     const auto launch = [&](auto kernel) {
-      kernel<<<blocks, kRowsBlockWarps * 32, 0, current_stream()>>>(gr, e, qq, g.n, g.m, g.stride, mo, pp);
+      kernel<<<blocks, kRowsBlockWarps * 32, 0, current_stream()>>>(gr, e, sp, qq, g.n, g.m, g.stride, mo, pp);
       CUDA_CHECK_LAUNCH();
     };
     // error and M are one buffer or apart (check_apart).
     const bool in_place = static_cast<const void*>(e) == static_cast<const void*>(mo);
+    const auto launch_rank = [&](auto rank) {
+      constexpr int r = decltype(rank)::value;
+      if (sp)
+        in_place ? launch(compensate_project_kernel<T, E, r, true, true>)
+                 : launch(compensate_project_kernel<T, E, r, false, true>);
+      else
+        in_place ? launch(compensate_project_kernel<T, E, r, true, false>)
+                 : launch(compensate_project_kernel<T, E, r, false, false>);
+    };
     if (g.rank == 4)
-      in_place ? launch(compensate_project_kernel<T, E, 4, true>) : launch(compensate_project_kernel<T, E, 4, false>);
+      launch_rank(std::integral_constant<int, 4>());
     else
-      in_place ? launch(compensate_project_kernel<T, E, 8, true>) : launch(compensate_project_kernel<T, E, 8, false>);
+      launch_rank(std::integral_constant<int, 8>());
   });
 }
 

@@ -24,19 +24,32 @@ void expect_passes_send_what_gemm_sends(const GradBucket& bucket, PowerSgdOption
   PowerSgdOptions gemm_options = options;
   gemm_options.bucket_pass_products = false;
   PowerSgdHook passes_hook(options), gemm_hook(gemm_options);
+  // Note [The error settled a step late]: with a 16-bit error the gemm path rounds M - P Q^T to
+  // 16 bits each step and the passes do not, so from the second step on the two drift apart (a
+  // rank-r approximation of small matrices amplifies it): there each hook is held to what error
+  // feedback promises instead, sent + new error = gradient + previous error, within 16 bits.
+  const bool narrow_error = options.error_in_bucket_dtype && bucket.buffer.dtype() != DType::kF32;
+  const double kept = bucket.buffer.dtype() == DType::kF32 ? 1e-5 : 1.0 / 128;  // the bucket's rounding
+  std::vector<double> previous_a(input.size(), 0.0), previous_b(input.size(), 0.0);
   for (int step = 0; step < steps; ++step) {
     passes_bucket.buffer.copy_(bucket.buffer);
     gemm_bucket.buffer.copy_(bucket.buffer);
     passes_hook.run(group, passes_bucket)->wait();
     gemm_hook.run(group, gemm_bucket)->wait();
     const std::vector<double> a = passes_bucket.buffer.to_vector(), b = gemm_bucket.buffer.to_vector();
-    const std::vector<double> ea = passes_hook.state().buckets.at(bucket.index).error.to_vector();
-    const std::vector<double> eb = gemm_hook.state().buckets.at(bucket.index).error.to_vector();
+    const std::vector<double> ea = passes_hook.settled_error(bucket.index).to_vector();
+    const std::vector<double> eb = gemm_hook.settled_error(bucket.index).to_vector();
+    const bool compare = step == 0 || !narrow_error;
     double moved = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_TRUE(std::isfinite(ea[i])) << "step " << step << ": the new error at " << i << " was never written";
-      EXPECT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(b[i]))) << "step " << step << " at " << i;
-      EXPECT_NEAR(ea[i], eb[i], tolerance * std::max(1.0, std::abs(eb[i]))) << "step " << step << " at " << i;
+      if (compare) {
+        EXPECT_NEAR(a[i], b[i], tolerance * std::max(1.0, std::abs(b[i]))) << "step " << step << " at " << i;
+        EXPECT_NEAR(ea[i], eb[i], tolerance * std::max(1.0, std::abs(eb[i]))) << "step " << step << " at " << i;
+      }
+      const double ma = input[i] + previous_a[i], mb = input[i] + previous_b[i];
+      EXPECT_NEAR(a[i] + ea[i], ma, kept * std::max(1.0, std::abs(ma))) << "passes, step " << step << " at " << i;
+      EXPECT_NEAR(b[i] + eb[i], mb, kept * std::max(1.0, std::abs(mb))) << "gemm, step " << step << " at " << i;
       if (between[i]) {
         EXPECT_EQ(a[i], 0.0) << "step " << step << " at " << i;
         EXPECT_EQ(ea[i], 0.0) << "step " << step << " at " << i;
@@ -44,6 +57,8 @@ void expect_passes_send_what_gemm_sends(const GradBucket& bucket, PowerSgdOption
       moved += std::abs(a[i] - input[i]);
     }
     EXPECT_GT(moved, 1e-2) << "step " << step;
+    previous_a = ea;
+    previous_b = eb;
   }
   EXPECT_EQ(passes_hook.buckets_by_passes(), steps);
   EXPECT_EQ(gemm_hook.buckets_by_passes(), 0);

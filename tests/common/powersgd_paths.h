@@ -9,7 +9,8 @@ namespace vitddp::testing {
 // Runs `steps` steps of a hook with `options` (bucket_pass_products on) and of one with the
 // matrix products over copies of `bucket` (the fake two-rank group), each step from the bucket's
 // values as given, and expects: the sent values and the new errors within `tolerance` (relative,
-// to max(1, |value|)); every new error finite (a staged error is a fresh buffer: an element the
+// to max(1, |value|); with a 16-bit error after the first step only what follows, as the .cpp
+// says why); in both hooks sent + new error = gradient + previous error; every new error finite (a staged error is a fresh buffer: an element the
 // compensation missed would hold whatever the allocator left there); the elements between the
 // bucket's tensors zero in both; something sent; and each step's bucket compressed by passes
 // only in the first hook.

@@ -36,12 +36,13 @@ std::vector<GradBucket> make_buckets() {
   return buckets;
 }
 
-// The hook's state, bucket by bucket: error then Q, as bytes-exact doubles.
+// The hook's state, bucket by bucket: error, Q and the sent P, as bytes-exact doubles.
 std::vector<std::vector<double>> snapshot(const PowerSgdHook& hook) {
   std::vector<std::vector<double>> out;
   for (const auto& [index, b] : hook.state().buckets) {
     out.push_back(b.error.to_vector());
     out.push_back(b.q.to_vector());
+    out.push_back(b.sent_p.defined() ? b.sent_p.to_vector() : std::vector<double>());
   }
   return out;
 }

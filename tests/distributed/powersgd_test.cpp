@@ -51,7 +51,7 @@ TEST(PowerSgd, FullRankReproducesTheAverage) {
   std::vector<double> after = b.buffer.to_vector();
   for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(after[i], 1.5 * before[i], 1e-4) << i;
   // As PyTorch's hook, the error is the local input minus the averaged result: here -0.5x.
-  std::vector<double> error = hook.state().buckets.at(0).error.to_vector();
+  std::vector<double> error = hook.settled_error(0).to_vector();
   for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(error[i], -0.5 * before[i], 1e-4) << i;
 }
 
@@ -62,7 +62,7 @@ TEST(PowerSgd, RankOneErrorFeedbackCarriesExactlyWhatWasNotSent) {
   PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 9});
   std::vector<double> input = b.buffer.to_vector();
   hook.run(group, b)->wait();
-  std::vector<double> sent = b.buffer.to_vector(), error = hook.state().buckets.at(0).error.to_vector();
+  std::vector<double> sent = b.buffer.to_vector(), error = hook.settled_error(0).to_vector();
   double lost = 0;
   for (size_t i = 0; i < input.size(); ++i) {
     EXPECT_NEAR(error[i] + sent[i], input[i], 1e-5) << i;  // compensated input = approximation + error
@@ -76,7 +76,7 @@ TEST(PowerSgd, RankOneErrorFeedbackCarriesExactlyWhatWasNotSent) {
   b.buffer.copy_(next);
   std::vector<double> previous_error = error;
   hook.run(group, b)->wait();
-  std::vector<double> sent2 = b.buffer.to_vector(), error2 = hook.state().buckets.at(0).error.to_vector();
+  std::vector<double> sent2 = b.buffer.to_vector(), error2 = hook.settled_error(0).to_vector();
   for (size_t i = 0; i < fresh.size(); ++i) EXPECT_NEAR(error2[i] + sent2[i], fresh[i] + previous_error[i], 1e-5);
 }
 
@@ -101,7 +101,7 @@ TEST(PowerSgd, ABucketDtypeErrorIsKeptInTheBucketsDtype) {
     const std::vector<double> input = narrow_bucket.buffer.to_vector();
     narrow_hook.run(group, narrow_bucket)->wait();
     wide_hook.run(group, wide_bucket)->wait();
-    const Tensor& error = narrow_hook.state().buckets.at(0).error;
+    const Tensor error = narrow_hook.settled_error(0);
     EXPECT_EQ(error.dtype(), DType::kBF16);
     EXPECT_EQ(wide_hook.state().buckets.at(0).error.dtype(), DType::kF32);
     const std::vector<double> sent = narrow_bucket.buffer.to_vector(), e = error.to_vector();
@@ -123,8 +123,9 @@ TEST(PowerSgd, ABucketDtypeErrorIsKeptInTheBucketsDtype) {
 
 // Note [PowerSGD's products as bucket passes]: the compensation fused with P = M Q and the pass
 // for Q = M^T P send what the matrix products send, step after step (warm-started Q, the error
-// fed back), staged or in place, with f32 and bf16 errors; the error stays exact everywhere,
-// the gaps between a group's matrices and the uncompressed tensors included.
+// fed back, settled a step late by the passes), staged or in place, with f32 and bf16 errors;
+// the error stays exact everywhere, the gaps between a group's matrices and the uncompressed
+// tensors included.
 TEST(PowerSgd, BucketPassProductsSendWhatTheMatrixProductsSend) {
   for (bool staged : {false, true})
     for (bool narrow_error : {false, true}) {

@@ -35,7 +35,7 @@ TEST(LowRankProject, CompensationWritesMInsideTheMatricesAndPIsMTimesQ) {
       Tensor m = testing::random_tensor({45}, gen, DType::kF32).to(error_dtype);
       const std::vector<double> gv = grad.to_vector(), ev = error.to_vector(), m0 = m.to_vector(), qv = q.to_vector();
       const std::vector<double> p0 = p.to_vector();
-      cpu::compensate_and_project(grad, error, q, g, m, p);
+      cpu::compensate_and_project(grad, error, Tensor(), q, g, m, p);
       const std::vector<double> mv = m.to_vector(), pv = p.to_vector();
       std::vector<bool> inside(45, false);
       for (int k = 0; k < 2; ++k)
@@ -68,12 +68,43 @@ TEST(LowRankProject, InPlaceTheErrorBecomesM) {
   Tensor q = testing::random_tensor({23}, gen, DType::kF32);
   Tensor apart = Tensor::empty({45}, DType::kBF16), p_apart = Tensor::zeros({13}, DType::kF32);
   Tensor p_in_place = Tensor::zeros({13}, DType::kF32);
-  cpu::compensate_and_project(grad, error, q, g, apart, p_apart);
+  cpu::compensate_and_project(grad, error, Tensor(), q, g, apart, p_apart);
   Tensor in_place = error.clone();
-  cpu::compensate_and_project(grad, in_place, q, g, in_place, p_in_place);
+  cpu::compensate_and_project(grad, in_place, Tensor(), q, g, in_place, p_in_place);
   EXPECT_EQ(p_in_place.to_vector(), p_apart.to_vector());
   const std::vector<double> a = apart.to_vector(), b = in_place.to_vector();
   for (int at : {2, 16, 22, 36}) EXPECT_EQ(b[at], a[at]) << at;
+}
+
+// Note [The error settled a step late]: with a sent P the error buffer holds last step's M, and
+// M := grad + error - S Q^T with Q's rows as P = M Q reads them.
+TEST(LowRankProject, ASentPIsSubtractedBeforeTheProduct) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Generator gen(24);
+    const LowRankGroup g = small_group();
+    Tensor grad = testing::random_tensor({45}, gen, DType::kF32).to(dtype);
+    Tensor error = testing::random_tensor({45}, gen, DType::kF32);
+    Tensor q = testing::random_tensor({23}, gen, DType::kF32);
+    Tensor sent = testing::random_tensor({13}, gen, DType::kF32);
+    Tensor m = Tensor::zeros({45}, DType::kF32), p = Tensor::zeros({13}, DType::kF32);
+    cpu::compensate_and_project(grad, error, sent, q, g, m, p);
+    const std::vector<double> gv = grad.to_vector(), ev = error.to_vector(), qv = q.to_vector(), sv = sent.to_vector();
+    const std::vector<double> mv = m.to_vector(), pv = p.to_vector();
+    for (int k = 0; k < 2; ++k)
+      for (int i = 0; i < 3; ++i) {
+        double p_want[2] = {0, 0};
+        for (int j = 0; j < 5; ++j) {
+          const int at = 2 + k * 20 + i * 5 + j;
+          double approx = 0;
+          for (int t = 0; t < 2; ++t) approx += sv[1 + k * 6 + i * 2 + t] * qv[3 + k * 10 + j * 2 + t];
+          EXPECT_NEAR(mv[at], gv[at] + ev[at] - approx, 1e-5) << at;
+          for (int t = 0; t < 2; ++t) p_want[t] += mv[at] * qv[3 + k * 10 + j * 2 + t];
+        }
+        for (int t = 0; t < 2; ++t) EXPECT_NEAR(pv[1 + k * 6 + i * 2 + t], p_want[t], 1e-5) << k << " " << i;
+      }
+    EXPECT_EQ(mv[0], 0.0);  // outside the group
+  }
 }
 
 TEST(LowRankProject, QIsMTransposedTimesP) {
@@ -102,13 +133,17 @@ TEST(LowRankProject, BadBuffersAreRefused) {
   Tensor grad = Tensor::zeros({45}, DType::kBF16), error = Tensor::zeros({45}, DType::kF32);
   Tensor p = Tensor::zeros({13}, DType::kF32), q = Tensor::zeros({23}, DType::kF32);
   // M's dtype differs from the error's.
-  EXPECT_THROW(cpu::compensate_and_project(grad, error, q, g, Tensor::zeros({45}, DType::kBF16), p), Error);
+  EXPECT_THROW(cpu::compensate_and_project(grad, error, Tensor(), q, g, Tensor::zeros({45}, DType::kBF16), p), Error);
   // An f16 error beside a bf16 bucket.
-  EXPECT_THROW(cpu::compensate_and_project(grad, Tensor::zeros({45}, DType::kF16), q, g,
+  EXPECT_THROW(cpu::compensate_and_project(grad, Tensor::zeros({45}, DType::kF16), Tensor(), q, g,
                                            Tensor::zeros({45}, DType::kF16), p),
                Error);
   // Q too short for the group; P in bf16.
-  EXPECT_THROW(cpu::compensate_and_project(grad, error, Tensor::zeros({22}, DType::kF32), g, error, p), Error);
+  EXPECT_THROW(cpu::compensate_and_project(grad, error, Tensor(), Tensor::zeros({22}, DType::kF32), g, error, p),
+               Error);
+  // A sent P too short for the group, or sharing P's memory.
+  EXPECT_THROW(cpu::compensate_and_project(grad, error, Tensor::zeros({12}, DType::kF32), q, g, error, p), Error);
+  EXPECT_THROW(cpu::compensate_and_project(grad, error, p, q, g, error, p), Error);
   EXPECT_THROW(cpu::project_transposed(error, p.to(DType::kBF16), g, q), Error);
   LowRankGroup overlapping = g;
   overlapping.stride = 10;  // matrices of 15 elements 10 apart

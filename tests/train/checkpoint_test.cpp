@@ -87,6 +87,7 @@ CheckpointState small_state(int64_t step, int rank = 0, int world = 1, bool powe
     s.powersgd.emplace();
     s.powersgd->iter = step + 3;
     s.powersgd->buckets[0] = {filled({12}, gen), filled({6}, gen)};
+    s.powersgd->buckets[0].sent_p = filled({4}, gen);  // an error settled a step late
     s.powersgd->buckets[1] = {filled({5}, gen), Tensor()};
     s.powersgd->buckets[4] = {};
   }
@@ -166,8 +167,10 @@ TEST(Checkpoint, RoundTripIsBitExact) {
     const PowerSgdState::Bucket& got = back.powersgd->buckets.at(index);
     EXPECT_EQ(got.error.defined(), b.error.defined()) << index;
     EXPECT_EQ(got.q.defined(), b.q.defined()) << index;
+    EXPECT_EQ(got.sent_p.defined(), b.sent_p.defined()) << index;
     if (b.error.defined()) EXPECT_TRUE(same_bytes(got.error, b.error)) << index;
     if (b.q.defined()) EXPECT_TRUE(same_bytes(got.q, b.q)) << index;
+    if (b.sent_p.defined()) EXPECT_TRUE(same_bytes(got.sent_p, b.sent_p)) << index;
   }
 
   // Into existing tensors (as the trainer restores the arena and the optimizer).
@@ -176,6 +179,7 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   EXPECT_TRUE(same_named(targets, s.weights));
   PowerSgdState on = powersgd_state_on(*back.powersgd, Device::cpu());
   EXPECT_TRUE(same_bytes(on.buckets.at(0).q, s.powersgd->buckets.at(0).q));
+  EXPECT_TRUE(same_bytes(on.buckets.at(0).sent_p, s.powersgd->buckets.at(0).sent_p));
   EXPECT_FALSE(on.buckets.at(4).error.defined());
 
   // Without PowerSGD the record says so, and the run must not expect it.
@@ -480,6 +484,8 @@ TEST_P(CheckpointResume, IsBitExact) {
   EXPECT_EQ(resumed.hook.state().iter, straight.hook.state().iter);
   EXPECT_TRUE(same_bytes(resumed.hook.state().buckets.at(0).error, straight.hook.state().buckets.at(0).error));
   EXPECT_TRUE(same_bytes(resumed.hook.state().buckets.at(0).q, straight.hook.state().buckets.at(0).q));
+  ASSERT_TRUE(straight.hook.state().buckets.at(0).sent_p.defined());  // the passes settle the error late
+  EXPECT_TRUE(same_bytes(resumed.hook.state().buckets.at(0).sent_p, straight.hook.state().buckets.at(0).sent_p));
 
   // The test can tell: leaving out the dropout RNG state changes the weights.
   MiniRun careless(GetParam(), saved.loader_step);
@@ -643,6 +649,27 @@ std::vector<BadCase> bad_cases() {
          });
        },
        {"rank-0.safetensors: PowerSGD bucket 0's q tensor is missing"}},
+      {"powersgd_sent_p_missing",
+       [&](const std::string& d, E&) {
+         rewrite_tensors(d, [](NamedTensors& t) {
+           t.erase(std::remove_if(t.begin(), t.end(), [](const auto& p) { return p.first == "powersgd.b0.sent_p"; }),
+                   t.end());
+         });
+       },
+       {"rank-0.safetensors: PowerSGD bucket 0's sent_p tensor is missing"}},
+      {"powersgd_sent_p_unlisted",
+       [&](const std::string& d, E&) {
+         edit_record(d, [](json& j) { j["powersgd"]["buckets"][0]["sent_p"] = false; });
+       },
+       {"rank-0.safetensors: unexpected tensor 'powersgd.b0.sent_p' (not in the record's PowerSGD buckets)"}},
+      {"powersgd_sent_p_wrong_dtype",
+       [&](const std::string& d, E&) {
+         rewrite_tensors(d, [](NamedTensors& t) {
+           for (auto& [name, x] : t)
+             if (name == "powersgd.b0.sent_p") x = x.to(DType::kBF16);
+         });
+       },
+       {"rank-0.safetensors: PowerSGD tensor 'powersgd.b0.sent_p' is BF16[4], expected 1-D F32"}},
       {"powersgd_wrong_dtype",
        [&](const std::string& d, E&) {
          rewrite_tensors(d, [](NamedTensors& t) {
@@ -799,6 +826,22 @@ TEST(Checkpoint, EveryBadInputGivesAClearError) {
     ++checked;
   }
   EXPECT_GE(checked, 40);
+}
+
+// Records written before the error could be settled late (Note [The error settled a step late])
+// list no sent_p: they load, without one.
+TEST(Checkpoint, RecordsWithoutASentPLoad) {
+  TempFolder tmp("vitddp_ckpt");
+  CheckpointState s = small_state(120);
+  s.powersgd->buckets[0].sent_p = Tensor();
+  const std::string step_dir = save_checkpoint(tmp.path(), s);
+  edit_record(step_dir, [](json& j) {
+    for (json& b : j["powersgd"]["buckets"]) b.erase("sent_p");
+  });
+  CheckpointState back = load_checkpoint(step_dir, 0, expectations_for(s));
+  ASSERT_TRUE(back.powersgd);
+  EXPECT_FALSE(back.powersgd->buckets.at(0).sent_p.defined());
+  EXPECT_TRUE(same_bytes(back.powersgd->buckets.at(0).error, s.powersgd->buckets.at(0).error));
 }
 
 // A resume with other data or step settings is allowed, and each change is named; settings a
