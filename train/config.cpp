@@ -47,6 +47,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"powersgd-products", &c.powersgd_products,
        "PowerSGD's products P = M Q and Q = M^T P: passes (P fused into the compensation, Q a pass of its own; "
        "ranks 4 and 8 on a GPU, any on the CPU) or gemm (through cuBLASLt or the CPU's matrix products)"},
+      {"powersgd-error-settle", &c.powersgd_error_settle,
+       "when PowerSGD subtracts what it sent from the error: late (by the next step's compensation, where the "
+       "products are passes and Q is warm-started; the expansion then only writes the bucket) or eager (by the "
+       "expansion, as PyTorch's hook)"},
       {"grad-as-bucket-view", &c.grad_as_bucket_view,
        "gradients are views into the buckets, no copies (default on; --grad-as-bucket-view=false copies)"},
       {"static-graph", &c.static_graph,
@@ -311,6 +315,8 @@ void TrainConfig::validate() const {
                "--powersgd-error-dtype must be f32 or bucket, got '", powersgd_error_dtype, "'");
   VITDDP_CHECK(powersgd_products == "passes" || powersgd_products == "gemm",
                "--powersgd-products must be passes or gemm, got '", powersgd_products, "'");
+  VITDDP_CHECK(powersgd_error_settle == "late" || powersgd_error_settle == "eager",
+               "--powersgd-error-settle must be late or eager, got '", powersgd_error_settle, "'");
   VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
   check_timeout_flag(timeout);
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");

@@ -51,6 +51,7 @@ struct TrainConfig {
   int64_t powersgd_start_iter = 2;  // steps of plain all-reduce before compressing
   std::string powersgd_error_dtype = "f32";  // f32 | bucket (the gradients' dtype)
   std::string powersgd_products = "passes";   // passes | gemm
+  std::string powersgd_error_settle = "late";  // late | eager
   bool grad_as_bucket_view = true;
   bool static_graph = false;
   bool find_unused_parameters = false;

@@ -44,6 +44,7 @@ std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
   options.seed = config.seed;
   options.error_in_bucket_dtype = config.powersgd_error_dtype == "bucket";
   options.bucket_pass_products = config.powersgd_products == "passes";
+  options.settle_error_late = config.powersgd_error_settle == "late";
   // Only a skipped step must leave the state as it was (Note [PowerSGD and skipped steps]).
   options.stage_state = config.nonfinite == "skip";
   return make_powersgd_hook(options);

@@ -564,7 +564,7 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     passes = passes && projection_kernels_take(bucket.buffer, st.error, parts.compensated, parts.p, parts.q, g);
   // See Note [The error settled a step late]: it needs this step's Q to be the last one's. A
   // pending subtraction (a resumed state's too) belongs to this plan's matrices.
-  parts.settle_late = passes && options_.warm_start;
+  parts.settle_late = passes && options_.warm_start && options_.settle_error_late;
   if (parts.settle_late && !st.sent_p.defined())
     st.sent_p = Tensor::zeros({parts.plan.p_numel}, DType::kF32, device);
   if (st.sent_p.defined()) st.settle_groups = parts.plan.low_rank;

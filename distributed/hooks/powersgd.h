@@ -38,6 +38,10 @@ struct PowerSgdOptions {
   // (Note [PowerSGD's products as bucket passes]) where the kernels take the bucket's groups;
   // off, both products go through the matrix-product library. --powersgd-products.
   bool bucket_pass_products = true;
+  // With the passes and warm start, the approximation sent is subtracted from the error by the
+  // next step's compensation, not by the expansion (Note [The error settled a step late]).
+  // --powersgd-error-settle late|eager.
+  bool settle_error_late = true;
 };
 
 // The run's PowerSGD state: per bucket, the error-feedback buffer and the Q factors. It differs

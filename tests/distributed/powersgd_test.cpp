@@ -142,6 +142,49 @@ TEST(PowerSgd, BucketPassProductsSendWhatTheMatrixProductsSend) {
     }
 }
 
+// Note [The error settled a step late]: late, the error buffer holds M and the P sent is kept;
+// eager, the expansion subtracts it. Step after step both send the same and carry the same error
+// (f32: the sums' rounding only), and a late error settled in place goes on as it was.
+TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
+  Generator gen(12);
+  GradBucket late_bucket = make_bucket(gen, {{6, 8}, {5}, {6, 8}, {7, 9}});
+  GradBucket eager_bucket = late_bucket;
+  eager_bucket.buffer = late_bucket.buffer.clone();
+  const Tensor input = late_bucket.buffer.clone();
+  testing::FakeGroup group;
+  PowerSgdOptions late{2, 0, 0.0, true, true, 4};
+  PowerSgdOptions eager = late;
+  eager.settle_error_late = false;
+  PowerSgdHook late_hook(late), eager_hook(eager);
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    late_bucket.buffer.copy_(input);
+    eager_bucket.buffer.copy_(input);
+    late_hook.run(group, late_bucket)->wait();
+    eager_hook.run(group, eager_bucket)->wait();
+    if (step == 2) late_hook.settle_errors();  // as a step that does not settle late would
+    const std::vector<double> a = late_bucket.buffer.to_vector(), b = eager_bucket.buffer.to_vector();
+    const std::vector<double> ea = late_hook.settled_error(0).to_vector(), eb = eager_hook.settled_error(0).to_vector();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(b[i]))) << i;
+      EXPECT_NEAR(ea[i], eb[i], 1e-5 * std::max(1.0, std::abs(eb[i]))) << i;
+    }
+    const PowerSgdState::Bucket& st = late_hook.state().buckets.at(0);
+    ASSERT_TRUE(st.sent_p.defined());
+    const std::vector<double> sent_p = st.sent_p.to_vector();
+    EXPECT_FALSE(eager_hook.state().buckets.at(0).sent_p.defined());
+    if (step == 2) {  // settled: the buffer is the error and nothing is pending
+      EXPECT_EQ(*std::max_element(sent_p.begin(), sent_p.end()), 0.0);
+      EXPECT_EQ(st.error.to_vector(), ea);
+    } else {  // this step's P kept for the next; over the matrices the buffer holds M, not the error
+      EXPECT_GT(*std::max_element(sent_p.begin(), sent_p.end()), 0.0);
+      EXPECT_GT(std::abs(st.error.to_vector()[0] - ea[0]), 1e-6);
+    }
+  }
+  EXPECT_EQ(late_hook.buckets_by_passes(), 4);
+  EXPECT_EQ(eager_hook.buckets_by_passes(), 4);
+}
+
 // CommHook::steady: a step may be captured as a CUDA graph only after a compressed step with
 // the current buckets (the first makes Q on the host); replays advance the step count.
 TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {

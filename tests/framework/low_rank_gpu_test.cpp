@@ -145,8 +145,8 @@ TEST(LowRankGpu, ProjectionPassesMatchTheCpu) {
                 EXPECT_EQ(gm[at], cm[at]) << at;
             }
 
-            Tensor cpu_q = q.clone();  // from the GPU's P: the Q pass's own summation order only
-            cpu::project_transposed(cpu_m, gpu_p.to(Device::cpu()), g, cpu_q);
+            Tensor cpu_q = q.clone();  // from the GPU's M and P: the Q pass's own summation order only
+            cpu::project_transposed(gpu_m.to(Device::cpu()), gpu_p.to(Device::cpu()), g, cpu_q);
             cuda::project_transposed(gpu_m, gpu_p, g, gpu_q);
             EXPECT_LE(worst_normwise_diff(gpu_q.to(Device::cpu()), cpu_q), 1e-5);
             const std::vector<double> before = q.to_vector(), after = cpu_q.to_vector();

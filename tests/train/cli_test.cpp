@@ -124,6 +124,8 @@ TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
                         "--powersgd-error-dtype must be f32 or bucket, got 'bf16'"));
   EXPECT_TRUE(bad_input(tiny + " --procs 2 --hook powersgd --powersgd-products cublas",
                         "--powersgd-products must be passes or gemm, got 'cublas'"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --hook powersgd --powersgd-error-settle later",
+                        "--powersgd-error-settle must be late or eager, got 'later'"));
   EXPECT_TRUE(bad_input(tiny + " --device cpu --nccl-register", "--nccl-register registers gradients with NCCL: it "
                                                                 "needs a GPU, not --procs or --device cpu"));
   EXPECT_TRUE(bad_input(tiny + " --device cpu --ddp --nccl-register", "it needs a GPU, not --procs or --device cpu"));
