@@ -54,39 +54,42 @@ TEST(LowRankGpu, FusedPassesMatchTheCpu) {
       for (int64_t rank : {4, 8}) {  // both take the kernel of Note [The expansion's Q reads] in quads
         if (error_in_bucket_dtype && dtype == DType::kF32) continue;
         const DType error_dtype = error_in_bucket_dtype ? dtype : DType::kF32;
-        // 1024 and 12: quads (aligned rows); 5 and 21 rows a matrix (8 rows a block: 1 and 3 blocks).
-        for (auto [m, n] : {std::pair<int64_t, int64_t>{1030, 5}, {7, 5}, {1024, 5}, {1024, 21}, {12, 21}}) {
-          SCOPED_TRACE(std::string(dtype_name(dtype)) + " error " + dtype_name(error_dtype) + " rank " +
-                       std::to_string(rank) + " m=" + std::to_string(m) + " n=" + std::to_string(n));
-          LowRankGroup g;
-          const bool quads = m % 4 == 0;
-          g.count = 3, g.n = n, g.m = m, g.rank = rank, g.offset = quads ? 16 : 9, g.stride = n * m + (quads ? 8 : 3);
-          g.p_offset = quads ? 4 : 2, g.q_offset = quads ? 8 : 6;  // quads: P's and Q's rows aligned too
-          const int64_t numel = g.offset + 3 * g.stride;
-          Tensor grad = testing::random_tensor({numel}, gen, DType::kF32).to(dtype);
-          Tensor error = testing::random_tensor({numel}, gen, DType::kF32).to(error_dtype);
-          Tensor p = testing::random_tensor({g.p_offset + 3 * n * rank}, gen, DType::kF32);
-          Tensor q = testing::random_tensor({g.q_offset + 3 * m * rank}, gen, DType::kF32);
+        // 1024, 2048 and 12: quads (aligned rows); 5, 21 and 130 rows a matrix (16 rows a block of
+        // the row kernel: 1, 2 and 9 blocks; 64 of the column kernel without a residual: 1, 1 and 3).
+        for (auto [m, n] : {std::pair<int64_t, int64_t>{1030, 5}, {7, 5}, {1024, 5}, {1024, 21}, {12, 21}, {2048, 130}})
+          for (bool with_residual : {true, false}) {
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + " error " + dtype_name(error_dtype) + " rank " +
+                         std::to_string(rank) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                         (with_residual ? "" : " without a residual"));
+            LowRankGroup g;
+            const bool quads = m % 4 == 0;
+            g.count = 3, g.n = n, g.m = m, g.rank = rank, g.offset = quads ? 16 : 9, g.stride = n * m + (quads ? 8 : 3);
+            g.p_offset = quads ? 4 : 2, g.q_offset = quads ? 8 : 6;  // quads: P's and Q's rows aligned too
+            const int64_t numel = g.offset + 3 * g.stride;
+            Tensor grad = testing::random_tensor({numel}, gen, DType::kF32).to(dtype);
+            Tensor error = testing::random_tensor({numel}, gen, DType::kF32).to(error_dtype);
+            Tensor p = testing::random_tensor({g.p_offset + 3 * n * rank}, gen, DType::kF32);
+            Tensor q = testing::random_tensor({g.q_offset + 3 * m * rank}, gen, DType::kF32);
 
-          Tensor cpu_comp = Tensor::empty({numel}, error_dtype), gpu_comp = Tensor::empty({numel}, error_dtype, gpu);
-          cpu::add_widened(grad, error, cpu_comp);
-          cuda::add_widened(grad.to(gpu), error.to(gpu), gpu_comp);
-          EXPECT_EQ(gpu_comp.to_vector(), cpu_comp.to_vector());
+            Tensor cpu_comp = Tensor::empty({numel}, error_dtype), gpu_comp = Tensor::empty({numel}, error_dtype, gpu);
+            cpu::add_widened(grad, error, cpu_comp);
+            cuda::add_widened(grad.to(gpu), error.to(gpu), gpu_comp);
+            EXPECT_EQ(gpu_comp.to_vector(), cpu_comp.to_vector());
 
-          Tensor cpu_out = grad.clone(), gpu_out = grad.to(gpu);
-          Tensor cpu_flag = Tensor::zeros({1}, DType::kI64), gpu_flag = Tensor::zeros({1}, DType::kI64, gpu);
-          cpu::expand_low_rank(p, q, g, cpu_out, cpu_comp, cpu_flag);
-          cuda::expand_low_rank(p.to(gpu), q.to(gpu), g, gpu_out, gpu_comp, gpu_flag);
-          // f32: summation order only (fused multiply-adds); 16 bits: at most one rounding step (2^-7 of the value).
-          EXPECT_LE(worst_relative_diff(gpu_out.to(Device::cpu()), cpu_out), dtype == DType::kF32 ? 1e-5 : 0.0079);
-          EXPECT_LE(worst_relative_diff(gpu_comp.to(Device::cpu()), cpu_comp),
-                    error_dtype == DType::kF32 ? 1e-5 : 0.0079);
-          EXPECT_EQ(gpu_flag.to_vector()[0], 0);
-          double moved = 0;  // the expansion did write something
-          std::vector<double> before = grad.to_vector(), after = cpu_out.to_vector();
-          for (size_t i = 0; i < before.size(); ++i) moved += std::abs(after[i] - before[i]);
-          EXPECT_GT(moved, 1.0);
-        }
+            Tensor cpu_out = grad.clone(), gpu_out = grad.to(gpu);
+            Tensor cpu_flag = Tensor::zeros({1}, DType::kI64), gpu_flag = Tensor::zeros({1}, DType::kI64, gpu);
+            cpu::expand_low_rank(p, q, g, cpu_out, with_residual ? cpu_comp : Tensor(), cpu_flag);
+            cuda::expand_low_rank(p.to(gpu), q.to(gpu), g, gpu_out, with_residual ? gpu_comp : Tensor(), gpu_flag);
+            // f32: summation order only (fused multiply-adds); 16 bits: at most one rounding step (2^-7 of the value).
+            EXPECT_LE(worst_relative_diff(gpu_out.to(Device::cpu()), cpu_out), dtype == DType::kF32 ? 1e-5 : 0.0079);
+            EXPECT_LE(worst_relative_diff(gpu_comp.to(Device::cpu()), cpu_comp),
+                      error_dtype == DType::kF32 ? 1e-5 : 0.0079);
+            EXPECT_EQ(gpu_flag.to_vector()[0], 0);
+            double moved = 0;  // the expansion did write something
+            std::vector<double> before = grad.to_vector(), after = cpu_out.to_vector();
+            for (size_t i = 0; i < before.size(); ++i) moved += std::abs(after[i] - before[i]);
+            EXPECT_GT(moved, 1.0);
+          }
       }
 #endif
 }
