@@ -33,6 +33,11 @@ namespace {
 // (ViT-L's 1024 x 1024 projections: 384 blocks) do not fill the GPU.
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
 constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% slower, 256: 20%)
+// A group whose blocks of kChunkRows rows number fewer than this takes smaller row blocks (down
+// to 16 rows): ViT-L's head (1000 x 1024) made 16 blocks of 128 rows, each a chain of 128
+// dependent loads, 19 us for 4 MB (ncu, ec4f7bd); about two blocks per multiprocessor of an H200.
+constexpr int64_t kFillBlocks = 256;
+constexpr int kSmallestChunkRows = 16;
 
 // Blocks a multiprocessor keeps: at rank 4, three (80 registers a thread) hold the subtraction's
 // registers too without spilling (unbounded it took 96: two); four (64 registers) spill.
@@ -115,11 +120,12 @@ __global__ void __launch_bounds__(kRowsBlockWarps * 32, kCompensateBlocksPerSm<k
 template <typename E, int kRank>
 __global__ void __launch_bounds__(kTransposedThreads)
     project_transposed_partial_kernel(const E* __restrict__ mi, const float* __restrict__ p, int64_t n, int64_t m,
-                                      int64_t stride, int64_t chunks, int64_t slabs, float* __restrict__ partial) {
+                                      int64_t stride, int chunk_rows, int64_t chunks, int64_t slabs,
+                                      float* __restrict__ partial) {
   __shared__ float p_rows[kChunkRows * kRank];
   const int64_t slab = blockIdx.x % slabs, chunk = (blockIdx.x / slabs) % chunks, k = blockIdx.x / slabs / chunks;
-  const int64_t row0 = chunk * kChunkRows;
-  const int rows = n - row0 < kChunkRows ? static_cast<int>(n - row0) : kChunkRows;
+  const int64_t row0 = chunk * chunk_rows;
+  const int rows = n - row0 < chunk_rows ? static_cast<int>(n - row0) : chunk_rows;
   for (int t = threadIdx.x; t < rows * kRank; t += blockDim.x) p_rows[t] = p[(k * n + row0) * kRank + t];
   __syncthreads();
   const int64_t jq = slab * kTransposedThreads + threadIdx.x;
@@ -190,7 +196,8 @@ bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tens
   if (g.rank != 4 && g.rank != 8) return false;
   if (g.m % 4 != 0 || g.stride % 4 != 0 || g.count < 1 || g.n < 1) return false;
   if (row_pass_blocks(g.count, g.n) > int64_t(0x7fffffff)) return false;
-  if (g.count * ((g.n + kChunkRows - 1) / kChunkRows) * ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
+  if (g.count * ((g.n + kSmallestChunkRows - 1) / kSmallestChunkRows) *
+          ((g.m / 4 + kTransposedThreads - 1) / kTransposedThreads) >
       int64_t(0x7fffffff))
     return false;
   for (const Tensor* t : {&grad, &error, &m})
@@ -246,8 +253,11 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
   check_taken(m, m, m, p, q, g, "project_transposed");
   check_apart(p, q, false, "P and Q overlap", "project_transposed");
   OpScope scope("powersgd products");
-  const int64_t chunks = (g.n + kChunkRows - 1) / kChunkRows;
   const int64_t slabs = (g.m / 4 + kTransposedThreads - 1) / kTransposedThreads;
+  int chunk_rows = kChunkRows;
+  while (chunk_rows > kSmallestChunkRows && g.count * ((g.n + chunk_rows - 1) / chunk_rows) * slabs < kFillBlocks)
+    chunk_rows /= 2;
+  const int64_t chunks = (g.n + chunk_rows - 1) / chunk_rows;
   const int64_t per_matrix = g.m * g.rank;
   // Freed on this stream when the call returns: stream-ordered, before anything later on it.
   Tensor partial = Tensor::empty({g.count * chunks * per_matrix}, DType::kF32, m.device());
@@ -257,8 +267,8 @@ void project_transposed(const Tensor& m, const Tensor& p, const LowRankGroup& g,
     const float* pp = p.data<float>() + g.p_offset;
     const unsigned blocks = static_cast<unsigned>(g.count * chunks * slabs);
     const auto launch = [&](auto kernel) {
-      kernel<<<blocks, kTransposedThreads, 0, current_stream()>>>(mi, pp, g.n, g.m, g.stride, chunks, slabs,
-                                                                 partial.data<float>());
+      kernel<<<blocks, kTransposedThreads, 0, current_stream()>>>(mi, pp, g.n, g.m, g.stride, chunk_rows, chunks,
+                                                                 slabs, partial.data<float>());
       CUDA_CHECK_LAUNCH();
     };
     if (g.rank == 4)
