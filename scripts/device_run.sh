@@ -166,6 +166,11 @@ if [ "${PSGD_PRODUCTS_LOSS:-0}" = 1 ]; then
   OUT="$OUT" PSGD_LOSS_FLAG=powersgd-products PSGD_LOSS_A=gemm PSGD_LOSS_B=passes \
     PSGD_LOSS_EXTRA="--powersgd-error-dtype bucket" bash scripts/powersgd_error_loss_check.sh build-gpu 100
 fi
+# PSGD_SETTLE_LOSS=1: the same for the error settled by the expansion (eager) and a step late (bf16 error).
+if [ "${PSGD_SETTLE_LOSS:-0}" = 1 ]; then
+  OUT="$OUT" PSGD_LOSS_FLAG=powersgd-error-settle PSGD_LOSS_A=eager PSGD_LOSS_B=late \
+    PSGD_LOSS_EXTRA="--powersgd-error-dtype bucket" bash scripts/powersgd_error_loss_check.sh build-gpu 100
+fi
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu 100
 fi
