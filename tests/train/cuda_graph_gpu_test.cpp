@@ -92,6 +92,17 @@ TEST(CudaGraphGpu, PowerSgdReplaysGiveTheEagerWeights) {
   expect_graph_matches_eager(psgd, "vitddp_graph_psgd_later", 2, /*captured_step=*/4);
 }
 
+// One rank (--ddp) on one GPU, where two are not at hand: the error settled a step late, its sent
+// P committed in the graph (staged and in place) and settled eagerly for comparison.
+TEST(CudaGraphGpu, OneRankPowerSgdReplaysGiveTheEagerWeights) {
+  if (testing::gpus_without_cuda_init() < 1) GTEST_SKIP() << "needs a GPU";
+  const std::string psgd = "--gpus 1 --ddp " + kBase + " --data gpu --bucket-mb 0.5 --precision bf16 --hook powersgd "
+                           "--powersgd-rank 4 --momentum 0.9 --powersgd-start-iter 1 --powersgd-error-dtype bucket";
+  expect_graph_matches_eager(psgd, "vitddp_graph_psgd_one", 3);
+  expect_graph_matches_eager(psgd + " --nonfinite skip", "vitddp_graph_psgd_one_skip", 3);
+  expect_graph_matches_eager(psgd + " --powersgd-error-settle eager", "vitddp_graph_psgd_one_eager", 3);
+}
+
 // A NaN injected into one rank's loss travels through the graph like any other: every rank still
 // replays that step (NCCL needs the same collectives captured on every rank), and --nonfinite
 // decides, in a replay as in the captured step itself.
