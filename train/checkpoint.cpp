@@ -357,15 +357,15 @@ Record parse_record_text(const std::string& text, const std::string& label) {
     for (size_t i = 0; i < psgd["buckets"].size(); ++i) {
       const std::string where = "powersgd.buckets[" + std::to_string(i) + "]";
       const json& b = psgd["buckets"][i];
-      if (b.is_object() && b.contains("sent_p"))
-        r.exact_keys(b, where, {"index", "error", "q", "sent_p"});
-      else
-        r.exact_keys(b, where, {"index", "error", "q"});
+      r.exact_keys(b, where, {"index", "error", "q"}, {"sent_p"});
       Record::PsgdBucket bucket;
       bucket.index = static_cast<size_t>(r.integer(b, where, "index", 0));
       bucket.error = r.boolean(b, where, "error");
       bucket.q = r.boolean(b, where, "q");
       if (b.contains("sent_p")) bucket.sent_p = r.boolean(b, where, "sent_p");
+      // The sent P is subtracted with Q from the stored M: without both it would mean nothing.
+      if (bucket.sent_p && !(bucket.error && bucket.q))
+        r.fail("PowerSGD bucket ", bucket.index, " lists a sent P without its error and Q");
       if (!seen.insert(bucket.index).second) r.fail("PowerSGD bucket ", bucket.index, " is listed twice");
       rec.powersgd_buckets.push_back(bucket);
     }

@@ -153,8 +153,9 @@ Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& shape) {
 // (0.6 GB) and the compensation moves what it did. The value is the same sum, rounded once less:
 // M - P Q^T is no longer stored in 16 bits (or f32) before the gradient is added. The tensors
 // sent uncompressed keep their error as before (scatter_runs). The first step subtracts a zero P;
-// settle_error() does the subtraction in place where the error itself is wanted (a checkpoint,
-// a step that does not settle late), leaving the state equivalent. A non-finite M still flags
+// settle_error() does the subtraction in place where the error itself is wanted (a step that does
+// not settle late, PowerSgdHook::settle_errors()), leaving the state equivalent. Checkpoints keep
+// M and the sent P as they are, so that a resumed run is the uninterrupted one bit for bit. A non-finite M still flags
 // the step: its row of P, hence every column of Q, comes out non-finite.
 void settle_error(PowerSgdState::Bucket& st) {
   if (!st.sent_p.defined()) return;
@@ -535,14 +536,15 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   if (ride_with_p && !parts.p.defined()) parts.p = factor_buffer(bucket.index, parts.plan.p_numel, device);
   // Q: the same random start on every rank, then (warm start) last step's Q. This step works on
   // a copy, committed with the error.
+  // A state made for another rank or bucket layout (a checkpoint resumed with other flags); a
+  // bucket without a compressed matrix has no P.
+  for (const auto& [part, numel, want] :
+       {std::tuple{"Q", st.q.defined() && ride_with_p ? st.q.numel() : -1, parts.plan.q_numel},
+        std::tuple{"sent P", st.sent_p.defined() ? st.sent_p.numel() : -1, ride_with_p ? parts.plan.p_numel : 0}})
+    VITDDP_CHECK(numel < 0 || numel == want, "powersgd: bucket ", bucket.index, "'s ", part, " holds ", numel,
+                 " values where rank ", options_.rank, " needs ", want,
+                 " (resume with the --powersgd-rank and bucket sizes the checkpoint was saved with)");
   if (ride_with_p) {
-    // A state made for another rank or bucket layout (a checkpoint resumed with other flags).
-    for (const auto& [part, numel, want] : {std::tuple{"Q", st.q.defined() ? st.q.numel() : -1, parts.plan.q_numel},
-                                            std::tuple{"sent P", st.sent_p.defined() ? st.sent_p.numel() : -1,
-                                                       parts.plan.p_numel}})
-      VITDDP_CHECK(numel < 0 || numel == want, "powersgd: bucket ", bucket.index, "'s ", part, " holds ", numel,
-                   " values where rank ", options_.rank, " needs ", want,
-                   " (resume with the --powersgd-rank and bucket sizes the checkpoint was saved with)");
     auto initial_q = [&] {
       Tensor q = Tensor::empty({parts.plan.q_numel}, DType::kF32);
       Generator gen(mix64(options_.seed, bucket.index));
@@ -568,7 +570,11 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
   if (parts.settle_late && !st.sent_p.defined())
     st.sent_p = Tensor::zeros({parts.plan.p_numel}, DType::kF32, device);
   if (st.sent_p.defined()) st.settle_groups = parts.plan.low_rank;
-  if (!parts.settle_late) settle_error(st);  // one left pending by a step that settled late
+  if (!parts.settle_late && st.sent_p.defined()) {  // one left pending (a checkpoint of a run that settled late)
+    settle_error(st);
+    st.sent_p = Tensor();  // not kept: nothing is pending from here on
+    st.settle_groups.clear();
+  }
   if (options_.error_feedback) {
     if (passes)  // the matrices' compensation comes with P below
       add_widened_runs(bucket.buffer, st.error, parts.plan.outside_matrices, parts.compensated);

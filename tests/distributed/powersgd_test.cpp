@@ -185,6 +185,50 @@ TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
   EXPECT_EQ(eager_hook.buckets_by_passes(), 4);
 }
 
+// A state left pending by a run that settled late (its checkpoint), taken up by one that settles
+// eagerly: the first step settles it, sends what the late run would have sent, and keeps no sent P.
+// A sent P for a bucket whose matrices this run does not compress is refused by name.
+TEST(PowerSgd, APendingErrorIsSettledByARunThatSettlesEagerly) {
+  Generator gen(13);
+  GradBucket bucket = make_bucket(gen, {{6, 8}, {5}, {7, 9}});
+  const Tensor input = bucket.buffer.clone();
+  testing::FakeGroup group;
+  PowerSgdOptions late{2, 0, 0.0, true, true, 4};
+  PowerSgdOptions eager = late;
+  eager.settle_error_late = false;
+  PowerSgdHook late_hook(late), eager_hook(eager);
+  for (int step = 0; step < 2; ++step) {
+    bucket.buffer.copy_(input);
+    late_hook.run(group, bucket)->wait();
+  }
+  for (const auto& [index, b] : late_hook.state().buckets) {  // as a checkpoint carries it over
+    PowerSgdState::Bucket& to = eager_hook.state().buckets[index];
+    to.error = b.error.clone(), to.q = b.q.clone(), to.sent_p = b.sent_p.clone();
+  }
+  eager_hook.state().iter = late_hook.state().iter;
+  GradBucket other = bucket;
+  other.buffer = input.clone();
+  bucket.buffer.copy_(input);
+  late_hook.run(group, bucket)->wait();
+  eager_hook.run(group, other)->wait();
+  const std::vector<double> a = bucket.buffer.to_vector(), b = other.buffer.to_vector();
+  const std::vector<double> ea = late_hook.settled_error(0).to_vector(), eb = eager_hook.settled_error(0).to_vector();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(b[i], a[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << i;
+    EXPECT_NEAR(eb[i], ea[i], 1e-5 * std::max(1.0, std::abs(ea[i]))) << i;
+  }
+  EXPECT_FALSE(eager_hook.state().buckets.at(0).sent_p.defined());
+  EXPECT_TRUE(eager_hook.state().buckets.at(0).settle_groups.empty());
+
+  PowerSgdOptions high_rank = late;  // rank 10: no matrix of the bucket is compressed any more
+  high_rank.rank = 10;
+  PowerSgdHook resumed(high_rank);
+  resumed.state() = late_hook.state();
+  EXPECT_TRUE(testing::throws_with([&] { resumed.run(group, bucket); },
+                                   {"powersgd: bucket 0's sent P holds", "where rank 10 needs 0",
+                                    "resume with the --powersgd-rank"}));
+}
+
 // CommHook::steady: a step may be captured as a CUDA graph only after a compressed step with
 // the current buckets (the first makes Q on the host); replays advance the step count.
 TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {

@@ -662,6 +662,11 @@ std::vector<BadCase> bad_cases() {
          edit_record(d, [](json& j) { j["powersgd"]["buckets"][0]["sent_p"] = false; });
        },
        {"rank-0.safetensors: unexpected tensor 'powersgd.b0.sent_p' (not in the record's PowerSGD buckets)"}},
+      {"powersgd_sent_p_without_q",
+       [&](const std::string& d, E&) {
+         edit_record(d, [](json& j) { j["powersgd"]["buckets"][0]["q"] = false; });
+       },
+       {"rank-0.json: PowerSGD bucket 0 lists a sent P without its error and Q"}},
       {"powersgd_sent_p_wrong_dtype",
        [&](const std::string& d, E&) {
          rewrite_tensors(d, [](NamedTensors& t) {
