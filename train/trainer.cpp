@@ -586,6 +586,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     out << "updates in backward: " << in_backward->issued_in_backward() << " bucket update(s) issued beside backward, "
         << in_backward->issued_after_backward() << " after it" << (graphed ? " (replays issue none: their updates are "
         "the captured step's)" : "") << "\n";
+  if (powersgd && powersgd->buckets_compressed() > 0)
+    out << "powersgd: " << powersgd->buckets_compressed() << " bucket compression(s) issued, "
+        << powersgd->buckets_by_passes() << " with the products as passes, " << powersgd->buckets_settled_late()
+        << " with the error settled a step late" << (graphed ? " (replays issue none: they repeat the captured step's)" : "")
+        << "\n";
   finish_trace();
   if (overlapped) overlapped->flush();  // the last step's updates, before the weights are read or saved
   if (stopped_after >= 0) {

@@ -597,8 +597,10 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
     if (!parts.q_work) parts.q_work = group.allreduce(parts.p, ReduceOp::kSum);
     return std::make_shared<PowerSgdWork>(std::move(parts));
   }
+  ++buckets_compressed_;
   if (passes) {
     ++buckets_by_passes_;
+    if (parts.settle_late) ++buckets_settled_late_;
     for (const LowRankGroup& g : parts.plan.low_rank)  // M = gradient + error and P = M Q
       compensate_and_project(bucket.buffer, st.error, parts.settle_late ? st.sent_p : Tensor(), parts.q, g,
                              parts.compensated, parts.p);

@@ -94,6 +94,10 @@ class PowerSgdHook final : public CommHook {
   // Buckets compressed with the products as passes (Note [PowerSGD's products as bucket passes]),
   // not through the matrix-product library, since the hook was made.
   int64_t buckets_by_passes() const { return buckets_by_passes_; }
+  // Of those, the buckets whose error was settled a step late (Note [The error settled a step late]).
+  int64_t buckets_settled_late() const { return buckets_settled_late_; }
+  // Buckets compressed (a bucket with matrices, past the start iteration), by any path.
+  int64_t buckets_compressed() const { return buckets_compressed_; }
 
   struct Staged;      // one step's new bucket states, committed together (defined in the .cpp)
   struct SideStream;  // the GPU stream the compression runs on (defined in the .cpp)
@@ -104,7 +108,7 @@ class PowerSgdHook final : public CommHook {
   std::shared_ptr<Staged> staged_;
   std::shared_ptr<SideStream> side_;
   bool compressed_since_rebuild_ = false;
-  int64_t buckets_by_passes_ = 0;
+  int64_t buckets_by_passes_ = 0, buckets_settled_late_ = 0, buckets_compressed_ = 0;
   // Per bucket, the f32 buffer P (and the uncompressed tensors) is all-reduced from (Note
   // [PowerSGD's P buffers]).
   std::map<size_t, Tensor> factor_buffers_;

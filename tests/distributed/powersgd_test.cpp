@@ -183,6 +183,9 @@ TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
   }
   EXPECT_EQ(late_hook.buckets_by_passes(), 4);
   EXPECT_EQ(eager_hook.buckets_by_passes(), 4);
+  EXPECT_EQ(late_hook.buckets_settled_late(), 4);
+  EXPECT_EQ(eager_hook.buckets_settled_late(), 0);
+  EXPECT_EQ(late_hook.buckets_compressed(), 4);
 }
 
 // A state left pending by a run that settled late (its checkpoint), taken up by one that settles
