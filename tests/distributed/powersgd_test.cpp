@@ -142,6 +142,25 @@ TEST(PowerSgd, BucketPassProductsSendWhatTheMatrixProductsSend) {
     }
 }
 
+// Rank 2, warm start, error feedback: settling the error late (the default) and eagerly.
+PowerSgdOptions settling(bool late) {
+  PowerSgdOptions o{2, 0, 0.0, true, true, 4};
+  o.settle_error_late = late;
+  return o;
+}
+
+// Both hooks sent the same into their buckets and carry the same error (f32: the sums' rounding).
+void expect_same_sent_and_error(const GradBucket& a, const PowerSgdHook& ha, const GradBucket& b,
+                                const PowerSgdHook& hb) {
+  const std::vector<double> sa = a.buffer.to_vector(), sb = b.buffer.to_vector();
+  const std::vector<double> ea = ha.settled_error(a.index).to_vector(), eb = hb.settled_error(b.index).to_vector();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_NEAR(sa[i], sb[i], 1e-5 * std::max(1.0, std::abs(sb[i]))) << i;
+    EXPECT_NEAR(ea[i], eb[i], 1e-5 * std::max(1.0, std::abs(eb[i]))) << i;
+  }
+}
+
 // Note [The error settled a step late]: late, the error buffer holds M and the P sent is kept;
 // eager, the expansion subtracts it. Step after step both send the same and carry the same error
 // (f32: the sums' rounding only), and a late error settled in place goes on as it was.
@@ -152,10 +171,7 @@ TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
   eager_bucket.buffer = late_bucket.buffer.clone();
   const Tensor input = late_bucket.buffer.clone();
   testing::FakeGroup group;
-  PowerSgdOptions late{2, 0, 0.0, true, true, 4};
-  PowerSgdOptions eager = late;
-  eager.settle_error_late = false;
-  PowerSgdHook late_hook(late), eager_hook(eager);
+  PowerSgdHook late_hook(settling(true)), eager_hook(settling(false));
   for (int step = 0; step < 4; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     late_bucket.buffer.copy_(input);
@@ -163,12 +179,8 @@ TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
     late_hook.run(group, late_bucket)->wait();
     eager_hook.run(group, eager_bucket)->wait();
     if (step == 2) late_hook.settle_errors();  // as a step that does not settle late would
-    const std::vector<double> a = late_bucket.buffer.to_vector(), b = eager_bucket.buffer.to_vector();
-    const std::vector<double> ea = late_hook.settled_error(0).to_vector(), eb = eager_hook.settled_error(0).to_vector();
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_NEAR(a[i], b[i], 1e-5 * std::max(1.0, std::abs(b[i]))) << i;
-      EXPECT_NEAR(ea[i], eb[i], 1e-5 * std::max(1.0, std::abs(eb[i]))) << i;
-    }
+    expect_same_sent_and_error(late_bucket, late_hook, eager_bucket, eager_hook);
+    const std::vector<double> ea = late_hook.settled_error(0).to_vector();
     const PowerSgdState::Bucket& st = late_hook.state().buckets.at(0);
     ASSERT_TRUE(st.sent_p.defined());
     const std::vector<double> sent_p = st.sent_p.to_vector();
@@ -196,10 +208,7 @@ TEST(PowerSgd, APendingErrorIsSettledByARunThatSettlesEagerly) {
   GradBucket bucket = make_bucket(gen, {{6, 8}, {5}, {7, 9}});
   const Tensor input = bucket.buffer.clone();
   testing::FakeGroup group;
-  PowerSgdOptions late{2, 0, 0.0, true, true, 4};
-  PowerSgdOptions eager = late;
-  eager.settle_error_late = false;
-  PowerSgdHook late_hook(late), eager_hook(eager);
+  PowerSgdHook late_hook(settling(true)), eager_hook(settling(false));
   for (int step = 0; step < 2; ++step) {
     bucket.buffer.copy_(input);
     late_hook.run(group, bucket)->wait();
@@ -214,16 +223,11 @@ TEST(PowerSgd, APendingErrorIsSettledByARunThatSettlesEagerly) {
   bucket.buffer.copy_(input);
   late_hook.run(group, bucket)->wait();
   eager_hook.run(group, other)->wait();
-  const std::vector<double> a = bucket.buffer.to_vector(), b = other.buffer.to_vector();
-  const std::vector<double> ea = late_hook.settled_error(0).to_vector(), eb = eager_hook.settled_error(0).to_vector();
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(b[i], a[i], 1e-5 * std::max(1.0, std::abs(a[i]))) << i;
-    EXPECT_NEAR(eb[i], ea[i], 1e-5 * std::max(1.0, std::abs(ea[i]))) << i;
-  }
+  expect_same_sent_and_error(other, eager_hook, bucket, late_hook);
   EXPECT_FALSE(eager_hook.state().buckets.at(0).sent_p.defined());
   EXPECT_TRUE(eager_hook.state().buckets.at(0).settle_groups.empty());
 
-  PowerSgdOptions high_rank = late;  // rank 10: no matrix of the bucket is compressed any more
+  PowerSgdOptions high_rank = settling(true);  // rank 10: no matrix of the bucket is compressed any more
   high_rank.rank = 10;
   PowerSgdHook resumed(high_rank);
   resumed.state() = late_hook.state();
