@@ -110,9 +110,7 @@ __global__ void __launch_bounds__(kRowsBlockWarps * 32)
   const int64_t k = w.matrix, first = w.first;
   const int rows = w.rows;
   float pr[kRowsPerWarp][kRank];
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i)  // a missing second row repeats the first, unused
-    load_factor_row<kRank>(p + (k * n + first + (i < rows ? i : 0)) * kRank, pr[i]);
+  load_warp_factor_rows<kRank>(p, n, w, pr);
   const float* qk = q + k * m * kRank;
   const int64_t base = k * stride + first * m;
   T* o = out + base;

@@ -61,11 +61,7 @@ __global__ void __launch_bounds__(kRowsBlockWarps * 32, kCompensateBlocksPerSm<k
   const int64_t k = w.matrix, first = w.first;
   const int rows = w.rows;
   float sp[kRowsPerWarp][kRank];
-  if constexpr (kSubtract) {
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i)  // a missing second row repeats the first, unused
-      load_factor_row<kRank>(sent_p + (k * n + first + (i < rows ? i : 0)) * kRank, sp[i]);
-  }
+  if constexpr (kSubtract) load_warp_factor_rows<kRank>(sent_p, n, w, sp);
   const float* qk = q + k * m * kRank;
   const int64_t base = k * stride + first * m;
   const T* gr = grad + base;

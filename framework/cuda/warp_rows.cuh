@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "framework/cuda/kernel_utils.cuh"
+
 namespace vitddp::cuda {
 
 constexpr int kRowsBlockWarps = 8;
@@ -26,6 +28,16 @@ __device__ __forceinline__ WarpRows warp_rows(int64_t n) {
   w.first = (blockIdx.x % blocks_per_matrix) * kRowsPerBlock + (threadIdx.x / 32) * kRowsPerWarp;
   w.rows = w.first >= n ? 0 : (n - w.first < kRowsPerWarp ? static_cast<int>(n - w.first) : kRowsPerWarp);
   return w;
+}
+
+// The warp's rows of a factor laid out as P is (matrix k's n rows of kRank values back to back)
+// into registers; a missing second row repeats the first, unused.
+template <int kRank>
+__device__ __forceinline__ void load_warp_factor_rows(const float* __restrict__ factor, int64_t n, const WarpRows& w,
+                                                      float (&out)[kRowsPerWarp][kRank]) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    load_factor_row<kRank>(factor + (w.matrix * n + w.first + (i < w.rows ? i : 0)) * kRank, out[i]);
 }
 
 }  // namespace vitddp::cuda
