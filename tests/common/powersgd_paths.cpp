@@ -7,8 +7,27 @@
 #include <vector>
 
 #include "common/fake_group.h"
+#include "common/test_utils.h"
 
 namespace vitddp::testing {
+
+GradBucket random_bucket(Generator& gen, const std::vector<Shape>& shapes, int64_t gap, int64_t align) {
+  GradBucket b;
+  int64_t at = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    b.params.push_back(i);
+    b.offsets.push_back(at);
+    b.shapes.push_back(shapes[i]);
+    at = (at + shape_numel(shapes[i]) + gap + align - 1) / align * align;
+  }
+  std::vector<double> values(at, 0.0);
+  const std::vector<double> random = random_tensor({at}, gen, DType::kF32).to_vector();
+  for (size_t i = 0; i < shapes.size(); ++i)
+    for (int64_t j = 0; j < shape_numel(shapes[i]); ++j) values[b.offsets[i] + j] = random[b.offsets[i] + j];
+  b.buffer = Tensor::from_vector(values, {at});
+  b.is_last = true;
+  return b;
+}
 
 void expect_passes_send_what_gemm_sends(const GradBucket& bucket, PowerSgdOptions options, double tolerance,
                                         int steps) {

@@ -1,10 +1,20 @@
-// PowerSGD's products as passes against the matrix products (Note [PowerSGD's products as bucket
-// passes]), for the CPU and GPU hook tests: two hooks over copies of one bucket, step after step.
+// For the CPU and GPU PowerSGD hook tests: buckets of random tensors, and PowerSGD's products as
+// passes against the matrix products (Note [PowerSGD's products as bucket passes]): two hooks
+// over copies of one bucket, step after step.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "distributed/hooks/powersgd.h"
+#include "framework/core/random.h"
 
 namespace vitddp::testing {
+
+// The bucket (the step's last) of tensors of `shapes`, each `gap` elements after the last one's
+// end rounded up to a multiple of `align` (and the bucket's end too), random f32 values on the
+// CPU inside the tensors and zeros between them.
+GradBucket random_bucket(Generator& gen, const std::vector<Shape>& shapes, int64_t gap = 0, int64_t align = 1);
 
 // Runs `steps` steps of a hook with `options` (bucket_pass_products on) and of one with the
 // matrix products over copies of `bucket` (the fake two-rank group), each step from the bucket's

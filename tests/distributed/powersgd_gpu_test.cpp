@@ -18,22 +18,10 @@ namespace {
 // Every new GPU allocation filled with NaN (framework/cuda/allocator.cpp).
 const bool kPoisonAllocations = (setenv("VITDDP_POISON_ALLOC", "1", 1), true);
 
-// Tensors at offsets rounded up to 8 elements, plus 3: gaps of zeros between all of them.
+// Tensors at offsets rounded up to 8 elements, plus 3: gaps of zeros between all of them; bf16.
 GradBucket padded_bucket(Generator& gen, const std::vector<Shape>& shapes, const Device& device) {
-  GradBucket b;
-  int64_t at = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    b.params.push_back(i);
-    b.offsets.push_back(at);
-    b.shapes.push_back(shapes[i]);
-    at = (at + shape_numel(shapes[i]) + 3 + 7) / 8 * 8;
-  }
-  std::vector<double> values(at, 0.0);
-  const std::vector<double> random = testing::random_tensor({at}, gen, DType::kF32).to_vector();
-  for (size_t i = 0; i < shapes.size(); ++i)
-    for (int64_t j = 0; j < shape_numel(shapes[i]); ++j) values[b.offsets[i] + j] = random[b.offsets[i] + j];
-  b.buffer = Tensor::from_vector(values, {at}).to(DType::kBF16).to(device);
-  b.is_last = true;
+  GradBucket b = testing::random_bucket(gen, shapes, /*gap=*/3, /*align=*/8);
+  b.buffer = b.buffer.to(DType::kBF16).to(device);
   return b;
 }
 

@@ -13,24 +13,9 @@
 namespace vitddp {
 namespace {
 
-// A bucket of two matrices and a bias, laid out back to back.
-GradBucket make_bucket(Generator& gen, const std::vector<Shape>& shapes) {
-  GradBucket b;
-  int64_t n = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    b.params.push_back(i);
-    b.offsets.push_back(n);
-    b.shapes.push_back(shapes[i]);
-    n += shape_numel(shapes[i]);
-  }
-  b.buffer = testing::random_tensor({n}, gen, DType::kF32);
-  b.is_last = true;
-  return b;
-}
-
 TEST(PowerSgd, PlainAllReduceBeforeTheStartIteration) {
   Generator gen(1);
-  GradBucket b = make_bucket(gen, {{4, 6}, {6}});
+  GradBucket b = testing::random_bucket(gen, {{4, 6}, {6}});
   std::vector<double> before = b.buffer.to_vector();
   testing::FakeGroup group;
   PowerSgdHook hook(PowerSgdOptions{1, 1, 2.0, true, true, 0});
@@ -43,7 +28,7 @@ TEST(PowerSgd, PlainAllReduceBeforeTheStartIteration) {
 TEST(PowerSgd, FullRankReproducesTheAverage) {
   Generator gen(2);
   // rank 4 = rows of both matrices: P spans R^4, so P P^T M = M.
-  GradBucket b = make_bucket(gen, {{4, 6}, {4, 9}, {5}});
+  GradBucket b = testing::random_bucket(gen, {{4, 6}, {4, 9}, {5}});
   std::vector<double> before = b.buffer.to_vector();
   testing::FakeGroup group;
   PowerSgdHook hook(PowerSgdOptions{4, 0, 0.0, true, true, 7});
@@ -57,7 +42,7 @@ TEST(PowerSgd, FullRankReproducesTheAverage) {
 
 TEST(PowerSgd, RankOneErrorFeedbackCarriesExactlyWhatWasNotSent) {
   Generator gen(3);
-  GradBucket b = make_bucket(gen, {{8, 12}, {8}});
+  GradBucket b = testing::random_bucket(gen, {{8, 12}, {8}});
   testing::FakeGroup group;
   PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 9});
   std::vector<double> input = b.buffer.to_vector();
@@ -88,7 +73,7 @@ TEST(PowerSgd, ABucketDtypeErrorIsKeptInTheBucketsDtype) {
   for (bool staged : {false, true}) {
     SCOPED_TRACE(staged ? "staged" : "in place");
     Generator gen(5);
-    GradBucket narrow_bucket = make_bucket(gen, {{8, 12}, {8}});
+    GradBucket narrow_bucket = testing::random_bucket(gen, {{8, 12}, {8}});
     narrow_bucket.buffer = narrow_bucket.buffer.to(DType::kBF16);
     GradBucket wide_bucket = narrow_bucket;
     wide_bucket.buffer = narrow_bucket.buffer.clone();
@@ -131,7 +116,7 @@ TEST(PowerSgd, BucketPassProductsSendWhatTheMatrixProductsSend) {
     for (bool narrow_error : {false, true}) {
       SCOPED_TRACE(std::string(staged ? "staged" : "in place") + (narrow_error ? ", bf16 error" : ", f32 error"));
       Generator gen(8);
-      GradBucket bucket = make_bucket(gen, {{6, 4}, {5}, {6, 4}, {3}, {7, 9}, {6, 4}, {2}});
+      GradBucket bucket = testing::random_bucket(gen, {{6, 4}, {5}, {6, 4}, {3}, {7, 9}, {6, 4}, {2}});
       bucket.buffer = bucket.buffer.to(DType::kBF16);
       PowerSgdOptions options{2, 0, 0.0, true, true, 4};
       options.stage_state = staged;
@@ -166,7 +151,7 @@ void expect_same_sent_and_error(const GradBucket& a, const PowerSgdHook& ha, con
 // (f32: the sums' rounding only), and a late error settled in place goes on as it was.
 TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
   Generator gen(12);
-  GradBucket late_bucket = make_bucket(gen, {{6, 8}, {5}, {6, 8}, {7, 9}});
+  GradBucket late_bucket = testing::random_bucket(gen, {{6, 8}, {5}, {6, 8}, {7, 9}});
   GradBucket eager_bucket = late_bucket;
   eager_bucket.buffer = late_bucket.buffer.clone();
   const Tensor input = late_bucket.buffer.clone();
@@ -205,7 +190,7 @@ TEST(PowerSgd, AnErrorSettledLateIsTheEagerOne) {
 // A sent P for a bucket whose matrices this run does not compress is refused by name.
 TEST(PowerSgd, APendingErrorIsSettledByARunThatSettlesEagerly) {
   Generator gen(13);
-  GradBucket bucket = make_bucket(gen, {{6, 8}, {5}, {7, 9}});
+  GradBucket bucket = testing::random_bucket(gen, {{6, 8}, {5}, {7, 9}});
   const Tensor input = bucket.buffer.clone();
   testing::FakeGroup group;
   PowerSgdHook late_hook(settling(true)), eager_hook(settling(false));
@@ -240,7 +225,7 @@ TEST(PowerSgd, APendingErrorIsSettledByARunThatSettlesEagerly) {
 // the current buckets (the first makes Q on the host); replays advance the step count.
 TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {
   Generator gen(6);
-  GradBucket b = make_bucket(gen, {{8, 12}, {8}});
+  GradBucket b = testing::random_bucket(gen, {{8, 12}, {8}});
   testing::FakeGroup group;
   PowerSgdHook hook(PowerSgdOptions{1, 1, 2.0, true, true, 9});
   EXPECT_FALSE(hook.steady());
@@ -259,7 +244,7 @@ TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {
   cold.run(group, b)->wait();
   EXPECT_FALSE(cold.steady());  // a new Q from the host every step
   // A step whose last bucket has no matrix (a class token alone): steady after it all the same.
-  GradBucket first = make_bucket(gen, {{8, 12}, {8}}), token = make_bucket(gen, {{1, 1, 6}});
+  GradBucket first = testing::random_bucket(gen, {{8, 12}, {8}}), token = testing::random_bucket(gen, {{1, 1, 6}});
   first.is_last = false;
   token.index = 1;
   PowerSgdHook split(PowerSgdOptions{1, 0, 2.0, true, true, 9});
@@ -273,7 +258,7 @@ TEST(PowerSgd, SteadyAfterOneCompressedStepSinceTheBucketsWereBuilt) {
 // it, then Q (12 x 1): two collectives for the bucket, and the bias still averaged.
 TEST(PowerSgd, TwoCollectivesPerBucketWithTheUncompressedTensorsBehindP) {
   Generator gen(5);
-  GradBucket b = make_bucket(gen, {{8, 12}, {8}});
+  GradBucket b = testing::random_bucket(gen, {{8, 12}, {8}});
   const std::vector<double> input = b.buffer.to_vector();
   testing::FakeGroup group;
   PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 9});
@@ -282,7 +267,7 @@ TEST(PowerSgd, TwoCollectivesPerBucketWithTheUncompressedTensorsBehindP) {
   const std::vector<double> sent = b.buffer.to_vector();
   for (size_t i = 96; i < input.size(); ++i) EXPECT_NEAR(sent[i], 1.5 * input[i], 1e-6) << i;
   // A bucket without a matrix to compress: one averaging all-reduce of its tensors.
-  GradBucket biases = make_bucket(gen, {{5}, {3}});
+  GradBucket biases = testing::random_bucket(gen, {{5}, {3}});
   testing::FakeGroup other;
   PowerSgdHook hook2(PowerSgdOptions{1, 0, 2.0, true, true, 9});
   hook2.run(other, biases)->wait();
@@ -291,7 +276,7 @@ TEST(PowerSgd, TwoCollectivesPerBucketWithTheUncompressedTensorsBehindP) {
 
 TEST(PowerSgd, SameStartingQOnEveryRank) {
   Generator gen(4);
-  GradBucket a = make_bucket(gen, {{8, 12}}), b = a;
+  GradBucket a = testing::random_bucket(gen, {{8, 12}}), b = a;
   b.buffer = a.buffer.clone();
   testing::FakeGroup group;
   PowerSgdHook h1(PowerSgdOptions{2, 0, 0.0, true, true, 5}), h2(PowerSgdOptions{2, 0, 0.0, true, true, 5});
@@ -315,8 +300,8 @@ TEST(PowerSgd, BatchedProductsOfSameShapeMatricesMatchOneByOne) {
   Generator gen(5);
   std::vector<Shape> grouped = {{6, 4}, {5}, {6, 4}, {5}, {6, 4}};
   std::vector<Shape> split = {{6, 4}, {5}, {6, 4}, {7}, {6, 4}};
-  GradBucket a = make_bucket(gen, grouped);
-  GradBucket b = make_bucket(gen, split);
+  GradBucket a = testing::random_bucket(gen, grouped);
+  GradBucket b = testing::random_bucket(gen, split);
   // The same three matrices in both buckets.
   for (size_t t : {size_t{0}, size_t{2}, size_t{4}}) {
     Tensor src = a.buffer.as_strided({24}, {1}, a.buffer.storage_offset() + a.offsets[t]);
@@ -349,7 +334,7 @@ namespace {
 // gets the plain average, and the matrix between the runs its approximation, not the average.
 TEST(PowerSgd, NeighbouringUncompressedTensorsAreAveragedAsOneRun) {
   Generator gen(6);
-  GradBucket b = make_bucket(gen, {{5}, {3}, {8, 12}, {4}});
+  GradBucket b = testing::random_bucket(gen, {{5}, {3}, {8, 12}, {4}});
   const std::vector<double> input = b.buffer.to_vector();
   testing::FakeGroup group;
   PowerSgdHook hook(PowerSgdOptions{1, 0, 2.0, true, true, 13});
