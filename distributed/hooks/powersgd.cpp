@@ -155,8 +155,8 @@ Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& shape) {
 // sent uncompressed keep their error as before (scatter_runs). The first step subtracts a zero P;
 // settle_error() does the subtraction in place where the error itself is wanted (a step that does
 // not settle late, PowerSgdHook::settle_errors()), leaving the state equivalent. Checkpoints keep
-// M and the sent P as they are, so that a resumed run is the uninterrupted one bit for bit. A non-finite M still flags
-// the step: its row of P, hence every column of Q, comes out non-finite.
+// M and the sent P as they are, so that a resumed run is the uninterrupted one bit for bit. A
+// non-finite M still flags the step: its row of P, hence every column of Q, comes out non-finite.
 void settle_error(PowerSgdState::Bucket& st) {
   if (!st.sent_p.defined()) return;
   VITDDP_CHECK(!st.settle_groups.empty(), "powersgd: an error restored with its sent P is settled only after a "

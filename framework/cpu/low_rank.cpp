@@ -38,6 +38,14 @@ void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& 
                "expand_low_rank: a group outside its buffers");
 }
 
+void check_apart(const Tensor& a, const Tensor& b, bool same_ok, const char* what, const char* op) {
+  const auto* x = static_cast<const char*>(a.data_ptr());
+  const auto* y = static_cast<const char*>(b.data_ptr());
+  const int64_t x_bytes = a.numel() * dtype_size(a.dtype()), y_bytes = b.numel() * dtype_size(b.dtype());
+  const bool same = x == y && x_bytes == y_bytes;
+  VITDDP_CHECK((same_ok && same) || x + x_bytes <= y || y + y_bytes <= x, op, ": ", what);
+}
+
 namespace cpu {
 namespace {
 

@@ -41,6 +41,10 @@ void check_bucket_runs(const BucketRuns& runs, const Tensor& bucket, const Tenso
 // backends check with it).
 void check_low_rank_group(const Tensor& p, const Tensor& q, const LowRankGroup& group, const Tensor& out);
 
+// Throws vitddp::Error "op: what" unless `a` and `b` share no byte, or are one buffer where
+// same_ok: the passes (CPU and CUDA) take their buffers as unaliased.
+void check_apart(const Tensor& a, const Tensor& b, bool same_ok, const char* what, const char* op);
+
 namespace cpu {
 // The error buffers below (error, out of add_widened, residual) are f32 or the bucket's own dtype
 // (--powersgd-error-dtype bucket, as PyTorch's hook keeps them for 16-bit buckets).

@@ -27,9 +27,7 @@ void check_projection(const Tensor& grad, const Tensor& error, const Tensor& m, 
   VITDDP_CHECK(sent_p.dtype() == DType::kF32 && sent_p.is_contiguous() && sent_p.device() == grad.device() &&
                    g.p_offset + g.count * g.n * g.rank <= sent_p.numel(),
                op, ": the sent P ", sent_p.description(), " does not hold the group's P as ", p.description(), " does");
-  const auto* a = static_cast<const char*>(sent_p.data_ptr());
-  const auto* b = static_cast<const char*>(p.data_ptr());
-  VITDDP_CHECK(a + sent_p.numel() * 4 <= b || b + p.numel() * 4 <= a, op, ": the sent P and P overlap");
+  check_apart(sent_p, p, false, "the sent P and P overlap", op);
 }
 
 namespace cpu {

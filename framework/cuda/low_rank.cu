@@ -343,11 +343,7 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
     VITDDP_CHECK(residual.numel() == out.numel(), "expand_low_rank: ", residual.description(), " vs ",
                  out.description());
     // The kernels take them as unaliased (__restrict__): overlapping bytes would give wrong values.
-    const auto* o = static_cast<const char*>(out.data_ptr());
-    const auto* r = static_cast<const char*>(residual.data_ptr());
-    const int64_t out_bytes = out.numel() * dtype_size(out.dtype());
-    const int64_t residual_bytes = residual.numel() * dtype_size(residual.dtype());
-    VITDDP_CHECK(o + out_bytes <= r || r + residual_bytes <= o, "expand_low_rank: the residual overlaps the bucket");
+    check_apart(out, residual, false, "the residual overlaps the bucket", "expand_low_rank");
   }
   check_tensor(flag.dtype() == DType::kI64 && flag.numel() >= 1 && flag.device().is_cuda(), "expand_low_rank",
                "an i64 CUDA flag", flag);
@@ -371,7 +367,8 @@ void expand_low_rank(const Tensor& p, const Tensor& q, const LowRankGroup& g, co
     if (quads && (g.rank == 4 || g.rank == 8) && !res) {  // See Note [The expansion without a residual]
       const int64_t row_blocks = (g.n + kColumnRows - 1) / kColumnRows;
       const int64_t slabs = (g.m / 4 + kColumnThreads - 1) / kColumnThreads;
-      VITDDP_CHECK(g.count * row_blocks * slabs <= int64_t(0x7fffffff), "expand_low_rank: too many blocks for one launch");
+      VITDDP_CHECK(g.count * row_blocks * slabs <= int64_t(0x7fffffff),
+                   "expand_low_rank: too many blocks for one launch");
       const unsigned blocks = static_cast<unsigned>(g.count * row_blocks * slabs);
       if (g.rank == 4)
         expand_columns_kernel<T, 4><<<blocks, kColumnThreads, 0, current_stream()>>>(pp, qq, g.n, g.m, g.stride,

@@ -175,16 +175,6 @@ void check_taken(const Tensor& grad, const Tensor& error, const Tensor& m, const
                g.m, ", stride ", g.stride, ")");
 }
 
-// The kernels take their buffers as unaliased: `a` and `b` must be one buffer (same_ok) or not
-// share a byte.
-void check_apart(const Tensor& a, const Tensor& b, bool same_ok, const char* what, const char* op) {
-  const auto* x = static_cast<const char*>(a.data_ptr());
-  const auto* y = static_cast<const char*>(b.data_ptr());
-  const int64_t x_bytes = a.numel() * dtype_size(a.dtype()), y_bytes = b.numel() * dtype_size(b.dtype());
-  const bool same = x == y && x_bytes == y_bytes;
-  VITDDP_CHECK((same_ok && same) || x + x_bytes <= y || y + y_bytes <= x, op, ": ", what);
-}
-
 }  // namespace
 
 bool projection_kernels_take(const Tensor& grad, const Tensor& error, const Tensor& m, const Tensor& p,

@@ -20,9 +20,9 @@ GradBucket random_bucket(Generator& gen, const std::vector<Shape>& shapes, int64
 // matrix products over copies of `bucket` (the fake two-rank group), each step from the bucket's
 // values as given, and expects: the sent values and the new errors within `tolerance` (relative,
 // to max(1, |value|); with a 16-bit error after the first step only what follows, as the .cpp
-// says why); in both hooks sent + new error = gradient + previous error; every new error finite (a staged error is a fresh buffer: an element the
-// compensation missed would hold whatever the allocator left there); the elements between the
-// bucket's tensors zero in both; something sent; and each step's bucket compressed by passes
+// says why); in both hooks sent + new error = gradient + previous error; every new error finite
+// (a staged error is a fresh buffer: an element the compensation missed would hold whatever the
+// allocator left there); the elements between the bucket's tensors zero in both; something sent; and each step's bucket compressed by passes
 // only in the first hook.
 void expect_passes_send_what_gemm_sends(const GradBucket& bucket, PowerSgdOptions options, double tolerance,
                                         int steps = 3);

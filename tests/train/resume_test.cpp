@@ -47,7 +47,8 @@ std::string check_exact_resume(const std::string& extra) {
   EXPECT_EQ(a, 0) << out_a;
   auto [b, out_b] = run(kRun + extra + " --steps 6 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
   EXPECT_EQ(b, 0) << out_b;
-  auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
+  auto [c, out_c] =
+      run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
   EXPECT_EQ(c, 0) << out_c;
   if (a != 0 || b != 0 || c != 0) return out_c;
   // Throughput counts the steps this run trained (4), not --steps (10).
