@@ -23,6 +23,17 @@ namespace vitddp {
 // of backward and what is left after it is one small bucket. That holds for buckets launched in
 // ready order; with --ready-order-share < 1 the tail falls in the part launched after backward,
 // where small buckets only add collectives.
+//
+// Note [Early buckets]
+// Where the link is slower than backward (P2P off), it can idle only where nothing is queued:
+// right after the first bucket, until backward makes the next. With held buckets (Note [Launch
+// order] in reducer.cpp) the next one sent is the first after them, so the link waits for backward
+// through the held buckets' layers and that bucket's: with 50 MB buckets about 0.64 ms a step
+// (traced, docs/performance.md). Caps for buckets 1, 2, ... (early_bytes) make those few small
+// while the rest keep their size and their few collectives: a held bucket of one layer's products
+// and a small bucket after it are ready, and sent, while the first one still moves. A small held
+// bucket also shortens the other idle stretch, the next forward's run through the held layers
+// once their bytes have arrived.
 BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, const std::vector<DType>& dtypes,
                                            const BucketCaps& caps, const std::vector<size_t>& order) {
   VITDDP_CHECK(bytes.size() == dtypes.size(), "compute_bucket_assignment: ", bytes.size(), " sizes but ",
@@ -56,9 +67,12 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
   BucketAssignment result;
   bool in_tail = false;
   size_t first_tail_bucket = 0;
+  for (size_t cap : caps.early_bytes) VITDDP_CHECK(cap > 0, "bucket caps must be positive");
   auto cap_now = [&] {
     if (result.buckets.empty()) return in_tail ? std::min(first_cap_bytes, tail_cap_bytes) : first_cap_bytes;
-    return in_tail ? tail_cap_bytes : cap_bytes;
+    if (in_tail) return tail_cap_bytes;
+    const size_t index = result.buckets.size();  // the bucket being filled
+    return index <= caps.early_bytes.size() ? caps.early_bytes[index - 1] : cap_bytes;
   };
   auto close_open = [&] {
     for (auto& [dtype, bucket] : open)

@@ -51,6 +51,9 @@ struct ProcessGroupOptions {
   // --host-copy-allreduce). Other collectives stay NCCL's. Capturable in a CUDA graph
   // (ProcessGroupNccl::align_host_copy_rings, Note [Replaying host copies]).
   bool host_copy_allreduce = false;
+  // With host_copy_allreduce: back-to-back all-reduces on apart buffers overlap their copies
+  // (Note [Back-to-back host copies]); false: each starts after the last one ended.
+  bool host_copy_overlap = true;
 };
 
 class ProcessGroup {

@@ -25,6 +25,7 @@ Reducer::Reducer(std::vector<ReducerParam> params, Tensor flat_grads, ProcessGro
       options_(options) {
   VITDDP_CHECK(!params_.empty(), "Reducer: no parameters");
   VITDDP_CHECK(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0, "Reducer: bucket caps must be > 0");
+  for (size_t cap : options.early_bucket_cap_bytes) VITDDP_CHECK(cap > 0, "Reducer: bucket caps must be > 0");
   VITDDP_CHECK(options.ready_order_share > 0 && options.ready_order_share <= 1,
                "Reducer: the share of buckets launched in ready order must be in (0, 1], got ", options.ready_order_share);
   for (const ReducerParam& p : params_) {
@@ -41,6 +42,7 @@ BucketCaps Reducer::caps() const {
   caps.bytes = options_.bucket_cap_bytes;
   caps.first_bytes = options_.first_bucket_cap_bytes;
   caps.tail_bytes = options_.tail_bucket_cap_bytes;
+  caps.early_bytes = options_.early_bucket_cap_bytes;
   return caps;
 }
 

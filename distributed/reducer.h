@@ -34,6 +34,7 @@ struct ReducerParam {
 struct ReducerOptions {
   size_t bucket_cap_bytes = 25u << 20;       // --bucket-mb (PyTorch's default 25 MB)
   size_t first_bucket_cap_bytes = 1u << 20;  // a small first bucket starts communication early
+  std::vector<size_t> early_bucket_cap_bytes;  // caps of buckets 1, 2, ... (Note [Early buckets]); then bucket_cap_bytes
   size_t tail_bucket_cap_bytes = 0;          // the last bucket_cap_bytes of gradients in buckets this small (Note [The tail buckets]); 0: off
   bool find_unused_parameters = false;
   bool grad_as_bucket_view = true;  // buckets are slices of the gradient buffer: no copies

@@ -721,7 +721,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
 std::vector<std::string> resume_setting_changes(const nlohmann::json& saved, const nlohmann::json& now) {
   std::vector<std::string> changes;
   for (const char* key : {"seed", "data", "dataset-size", "batch-size", "accumulate", "precision", "image-size",
-                          "dropout", "bucket-mb", "first-bucket-mb", "tail-bucket-mb"}) {
+                          "dropout", "bucket-mb", "first-bucket-mb", "early-bucket-mb", "tail-bucket-mb"}) {
     if (!saved.is_object() || !now.is_object() || !saved.contains(key) || !now.contains(key)) continue;
     if (saved[key] != now[key]) changes.push_back(std::string("--") + key + " " + saved[key].dump() + " -> " + now[key].dump());
   }

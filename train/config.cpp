@@ -34,6 +34,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "wrapper on one GPU); more than one process always uses it"},
       {"bucket-mb", &c.bucket_mb, "gradient bucket size in MB (PyTorch's bucket_cap_mb)"},
       {"first-bucket-mb", &c.first_bucket_mb, "size of the first (earliest-ready) bucket in MB"},
+      {"early-bucket-mb", &c.early_bucket_mb,
+       "DDP: sizes in MB of the buckets after the first, in ready order, comma-separated (\"10,25\": bucket 1 of "
+       "10 MB, bucket 2 of 25); the later ones take --bucket-mb. Small held buckets and a small one after them "
+       "keep a slow link busy after the first bucket (empty: all --bucket-mb)"},
       {"tail-bucket-mb", &c.tail_bucket_mb,
        "DDP: the last --bucket-mb of gradients (the first layers', ready as backward ends) go in buckets of this "
        "many MB, below --bucket-mb, so less communication is left when backward ends (0: off; with "
@@ -89,6 +93,10 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "GPU DDP on one host: all-reduces go through pinned shared host memory, moved by the copy engines and paced "
        "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
        "peer access: NCCL_P2P_DISABLE=1, PCIe servers); works under --cuda-graph"},
+      {"host-copy-overlap", &c.host_copy_overlap,
+       "with --host-copy-allreduce: an all-reduce's copies start while the last one's final chunks still come in "
+       "(their buffers apart), so the link does not drain between DDP's buckets (false: each starts after the "
+       "last one ended)"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on (with --hook powersgd, once a compressed step has run), forward, backward and "
        "DDP's bucket collectives are replayed as one CUDA graph "
@@ -305,6 +313,9 @@ void TrainConfig::validate() const {
                "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
   VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
+  early_bucket_mbs();  // throws on a bad list
+  VITDDP_CHECK(host_copy_overlap || host_copy_allreduce, "--host-copy-overlap=false changes how "
+               "--host-copy-allreduce's all-reduces follow each other: it needs --host-copy-allreduce");
   VITDDP_CHECK(tail_bucket_mb == 0 || (tail_bucket_mb >= 1e-6 && tail_bucket_mb < bucket_mb), "--tail-bucket-mb must "
                "be 0 (off) or in [1e-06, --bucket-mb ", bucket_mb, "), got ", tail_bucket_mb);
   VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,
@@ -384,6 +395,28 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(checkpoint_keep >= 1 && checkpoint_keep <= 1000000, "--checkpoint-keep must be in [1, 1000000], got ",
                checkpoint_keep);
   VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty(), "--checkpoint-every and --resume need --checkpoint-dir");
+}
+
+std::vector<double> TrainConfig::early_bucket_mbs() const {
+  std::vector<double> sizes;
+  if (early_bucket_mb.empty()) return sizes;
+  std::stringstream list(early_bucket_mb);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    size_t used = 0;
+    double mb = 0;
+    try {
+      mb = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    VITDDP_CHECK(used > 0 && used == item.size() && mb > 0 && mb <= 1e6, "--early-bucket-mb must be sizes in MB in "
+                 "(0, 1e6], comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
+    sizes.push_back(mb);
+  }
+  VITDDP_CHECK(!sizes.empty() && early_bucket_mb.back() != ',', "--early-bucket-mb must be sizes in MB in (0, 1e6], "
+               "comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
+  return sizes;
 }
 
 std::pair<int64_t, int64_t> TrainConfig::profile_range() const {

@@ -46,6 +46,7 @@ struct TrainConfig {
   // data parallelism
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
+  std::string early_bucket_mb;     // DDP: caps in MB of buckets 1, 2, ..., comma-separated ("": all --bucket-mb)
   std::string hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 2;  // steps of plain all-reduce before compressing
@@ -65,6 +66,7 @@ struct TrainConfig {
   bool update_in_backward = false; // DDP: a bucket's update right after its communication, beside backward
   bool shard_update = false;       // DDP: each rank updates its part of each bucket, the weights all-gathered (ZeRO-1)
   bool host_copy_allreduce = false;  // GPU DDP: all-reduces through shared host memory and the copy engines
+  bool host_copy_overlap = true;     // with it: back-to-back all-reduces overlap their copies
   bool nccl_register = false;      // GPU DDP: gradients in memory NCCL registers (zero-copy collectives)
   bool cuda_graph = false;         // GPU: forward, backward and DDP's collectives replayed as one CUDA graph
   double ready_order_share = 1.0;  // DDP: bytes launched in ready order; the rest first-layers first
@@ -88,6 +90,8 @@ struct TrainConfig {
   std::string trace;          // Chrome trace file (train/trace.h); empty: no trace
   // Parsed --profile-steps; {0, 0} when not set.
   std::pair<int64_t, int64_t> profile_range() const;
+  // Parsed --early-bucket-mb, in MB; empty when not set. Throws naming the flag on a bad list.
+  std::vector<double> early_bucket_mbs() const;
   std::string config_file;
 
   nlohmann::json to_json() const;

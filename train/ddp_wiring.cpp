@@ -80,6 +80,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout * 1000));
   options.max_ctas = static_cast<int>(config.sm_carveout);
   options.host_copy_allreduce = config.host_copy_allreduce;  // Note [Host-copy all-reduce]
+  options.host_copy_overlap = config.host_copy_overlap;      // Note [Back-to-back host copies]
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
   if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp
@@ -103,6 +104,8 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options_r.bucket_cap_bytes = static_cast<size_t>(config.bucket_mb * (1 << 20));
   options_r.first_bucket_cap_bytes = static_cast<size_t>(std::min(config.first_bucket_mb, config.bucket_mb) * (1 << 20));
   options_r.tail_bucket_cap_bytes = static_cast<size_t>(config.tail_bucket_mb * (1 << 20));
+  for (double mb : config.early_bucket_mbs())
+    options_r.early_bucket_cap_bytes.push_back(std::max<size_t>(1, static_cast<size_t>(mb * (1 << 20))));
   options_r.find_unused_parameters = config.find_unused_parameters;
   options_r.grad_as_bucket_view = config.grad_as_bucket_view;
   options_r.ready_order_share = config.ready_order_share;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iomanip>
 #include <ostream>
+#include <sstream>
 
 #include "data/sampler.h"
 #include "framework/core/devices.h"
@@ -125,6 +126,20 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
 
 namespace {
 
+// " (buckets 1-2: 10.438, 25.166 MB)": what --early-bucket-mb made of buckets 1..count (or what a
+// checkpoint restored there); "" without early buckets.
+std::string early_bucket_sizes(const Reducer& reducer, size_t count) {
+  const size_t last = std::min(count, reducer.buckets().size() - 1);
+  if (last == 0) return "";
+  std::ostringstream text;
+  text.setf(std::ios::fixed);
+  text.precision(3);
+  text << " (bucket" << (last > 1 ? "s 1-" + std::to_string(last) : std::string(" 1")) << ": ";
+  for (size_t b = 1; b <= last; ++b) text << (b > 1 ? ", " : "") << reducer.buckets()[b].bytes / 1048576.0;
+  text << " MB)";
+  return text.str();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -164,6 +179,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   VITDDP_CHECK(!config.shard_update || ddp.reducer, "--shard-update divides DDP's updates among the ranks: it needs "
                "data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.tail_bucket_mb == 0 || ddp.reducer, "--tail-bucket-mb cuts DDP's last gradient buckets: it "
+               "needs data parallelism (--gpus N, --procs N or --ddp)");
+  VITDDP_CHECK(config.early_bucket_mb.empty() || ddp.reducer, "--early-bucket-mb sizes DDP's gradient buckets: it "
                "needs data parallelism (--gpus N, --procs N or --ddp)");
   VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
                "buckets: it needs data parallelism (--gpus N, --procs N or --ddp)");
@@ -212,7 +229,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
           VITDDP_CHECK(index < ddp.reducer->buckets().size() &&
                            (!b.error.defined() || b.error.numel() == ddp.reducer->buckets()[index].numel),
                        dir, ": its PowerSGD state does not fit this run's gradient buckets (bucket ", index,
-                       "); resume with the --bucket-mb, --first-bucket-mb and --tail-bucket-mb it was saved with");
+                       "); resume with the --bucket-mb, --first-bucket-mb, --early-bucket-mb and --tail-bucket-mb it was saved "
+                       "with");
         powersgd->state() = powersgd_state_on(*st.powersgd, device);
       }
       start_step = st.step;
@@ -253,6 +271,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (ddp.reducer) {
     out << "data parallel: " << world << (world == 1 ? " rank (" : " ranks (") << ddp.group->backend() << "), "
         << ddp.reducer->buckets().size() << " buckets of <= " << config.bucket_mb << " MB"
+        << early_bucket_sizes(*ddp.reducer, config.early_bucket_mbs().size())
         << (ddp.reducer->tail_buckets() > 0 ? detail::concat(" (the last ", ddp.reducer->tail_buckets(), " of <= ",
                                                                      config.tail_bucket_mb, " MB)")
                                             : std::string())

@@ -43,6 +43,28 @@ namespace vitddp {
 // multiple of 2 * slots, padded with flag-only uses), and eager all-reduces between replays (a
 // loss or a flag all-reduced) are followed by the padding before the next replay
 // (ProcessGroupNccl::align_host_copy_rings).
+//
+// Note [Back-to-back host copies]
+// An all-reduce's copies cannot keep both directions of the link busy at its ends: its first
+// receive waits for the peer's first chunk to reach host memory, and its last chunk is received
+// after the send stream has nothing left. Forked from the caller's stream, which waits for the
+// previous all-reduce's end, every collective paid both: about 0.12 ms each (the bf16 probe's 25
+// and 100 MiB rates, docs/performance.md), 1.5 ms of an 18.7 ms step in DDP's 13 buckets with P2P
+// off. The copy streams need no such fork: each runs its steps of every collective in issue
+// order, the flags pace them against the peer, and a collective's steps of one stream depend on
+// the other's only within it (kWaitReduced). Given the event after which the buffer is ready
+// (ProcessGroupNccl passes the caller's handshake event when no NCCL call went on its stream
+// since the last host copy), the next collective's sends start while the last one's final
+// chunks come in. Its receives still wait for their own turn on the receive stream, and the
+// caller's stream still waits for each collective's end, so its completion event means what it
+// meant. The rounds stay one sequence across collectives (the ring counters go on), so the
+// no-deadlock argument of Note [Host-copy all-reduce] holds across them.
+// What may overlap: the next collective's sends read its buffer while the last one's receives
+// write the last buffer, so the two must be apart (else it forks from the caller's stream, as
+// before: the same tensor all-reduced twice without a wait stays in order). Anything older has
+// finished: the last collective's sends waited for its reductions (kWaitReduced), which come after
+// all earlier receives on the receive stream; when this rank reduced nothing of it (a buffer too
+// small to have a part here) or it was flag-only padding, the next one forks from the stream too.
 namespace {
 
 constexpr size_t kFlagStride = 128;  // a flag per cache line pair: no false sharing
@@ -269,12 +291,17 @@ void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_
 }
 
 void HostCopyTransport::issue(const host_copy::CopyPlan& plan, char* buffer, DType dtype, float scale,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, cudaEvent_t inputs_ready) {
   cuda::DeviceScope scope(options_.device);
   while (static_cast<int64_t>(reduced_.size()) < plan.reduced_chunks) reduced_.push_back(cuda::Event::create());
-  fork_.record(stream);
-  fork_.block(send_stream_.get());
-  fork_.block(recv_stream_.get());
+  if (inputs_ready) {  // Note [Back-to-back host copies]
+    CUDA_CHECK(cudaStreamWaitEvent(send_stream_.get(), inputs_ready, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(recv_stream_.get(), inputs_ready, 0));
+  } else {
+    fork_.record(stream);
+    fork_.block(send_stream_.get());
+    fork_.block(recv_stream_.get());
+  }
   const size_t element_bytes = dtype_size(dtype);
   for (const auto& step : plan.steps) run(step, buffer, element_bytes, dtype, scale);
   send_done_.record(send_stream_.get());
@@ -286,16 +313,27 @@ void HostCopyTransport::issue(const host_copy::CopyPlan& plan, char* buffer, DTy
 void HostCopyTransport::align_rings(cudaStream_t stream) {
   const host_copy::CopyPlan plan =
       host_copy::pad_rings(options_.world_size, options_.rank, options_.slots, counters_);
-  if (!plan.steps.empty()) issue(plan, nullptr, DType::kF32, 1.0f, stream);
+  if (plan.steps.empty()) return;
+  issue(plan, nullptr, DType::kF32, 1.0f, stream, nullptr);
+  last_reduced_ = false;  // flag-only uses: the next collective follows `stream` again
 }
 
-void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
+void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream,
+                                  cudaEvent_t inputs_ready) {
   VITDDP_CHECK(supports(dtype), "HostCopyTransport: ", dtype_name(dtype), " is not f32, bf16 or f16");
   const int64_t chunk_elements = options_.chunk_bytes / static_cast<int64_t>(dtype_size(dtype));
   const host_copy::CopyPlan plan =
       host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_);
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.world_size) : 1.0f;
-  issue(plan, static_cast<char*>(data), dtype, scale, stream);
+  const char* begin = static_cast<const char*>(data);
+  const char* end = begin + static_cast<size_t>(count) * dtype_size(dtype);
+  // Overlapping the last collective is safe when the two buffers are apart and that one's sends
+  // waited for its reductions, which come after everything before it on the receive stream.
+  const bool apart = end <= last_begin_ || last_end_ <= begin;
+  issue(plan, static_cast<char*>(data), dtype, scale, stream, apart && last_reduced_ ? inputs_ready : nullptr);
+  last_begin_ = begin;
+  last_end_ = end;
+  last_reduced_ = plan.reduced_chunks > 0;
 }
 
 }  // namespace vitddp

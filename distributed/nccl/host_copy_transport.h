@@ -50,8 +50,12 @@ class HostCopyTransport {
 
   static bool supports(DType dtype);
   // Enqueues the all-reduce of `count` elements at `data` (on this rank's device): on return
-  // `stream` waits for its end; the host never blocks.
-  void allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream);
+  // `stream` waits for its end; the host never blocks. Its copies start after `stream`'s work,
+  // or, given `inputs_ready`, after that event and this transport's earlier collectives only, so
+  // that back-to-back all-reduces overlap (Note [Back-to-back host copies]); the caller then
+  // vouches that nothing else on `stream` must come first.
+  void allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream,
+                 cudaEvent_t inputs_ready = nullptr);
   // Flag-only uses of the rings, on `stream` like an all-reduce, until every ring is back at the
   // flags it started with (host_copy::pad_rings); nothing when it already is. Every rank must
   // call it at the same point.
@@ -79,8 +83,10 @@ class HostCopyTransport {
   uint32_t* full_flag(int owner, int peer, int slot) const;  // ring owner -> peer, in owner's segment
   uint32_t* free_flag(int owner, int peer, int slot) const;  // ring peer -> owner, in owner's segment
   uint32_t* failed_flag(int owner) const;                     // set by release_waits(), in owner's segment
-  // Issues `plan` between `stream` and the two copy streams (fork, steps, join).
-  void issue(const host_copy::CopyPlan& plan, char* buffer, DType dtype, float scale, cudaStream_t stream);
+  // Issues `plan` on the two copy streams, after `inputs_ready` or, when null, after `stream`'s
+  // work; `stream` waits for its end.
+  void issue(const host_copy::CopyPlan& plan, char* buffer, DType dtype, float scale, cudaStream_t stream,
+             cudaEvent_t inputs_ready);
   void run(const host_copy::CopyStep& step, char* buffer, size_t element_bytes, DType dtype, float scale);
 
   HostCopyOptions options_;
@@ -90,6 +96,11 @@ class HostCopyTransport {
   cuda::Stream recv_stream_;
   cuda::Event fork_, send_done_, recv_done_;
   std::vector<cuda::Event> reduced_;  // per chunk of this rank's part (grown as needed)
+  // The last collective's buffer, and whether this rank reduced chunks of it: the next may start
+  // before its end only if it touches other memory (Note [Back-to-back host copies]).
+  const char* last_begin_ = nullptr;
+  const char* last_end_ = nullptr;
+  bool last_reduced_ = false;
   void* staging_ = nullptr;           // one chunk on the device
 };
 

@@ -520,6 +520,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   if (options.world_size > 1)
     shared_->board = std::make_unique<WaitBoard>(options.rendezvous, "nccl" + std::to_string(instance), options.rank,
                                                  options.world_size);
+  host_copy_overlap_ = options.host_copy_overlap;
   if (options.host_copy_allreduce && options.world_size > 1) {
     HostCopyOptions host_copy;
     host_copy.rank = options.rank;
@@ -670,7 +671,7 @@ void ProcessGroupNccl::check_tensor_arg(const Tensor& t, const char* op, bool al
 // compute: the completion event, which Work::wait() makes the caller's current stream wait for.
 // Neither blocks the host.
 std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vector<Tensor> keep,
-                                               const NcclCall& call) {
+                                               const NcclCall& call, bool via_host_copy) {
   VITDDP_CHECK(cuda::current_device() == device_, "ProcessGroupNccl: ", what, " called with cuda:",
                cuda::current_device(), " current, but the group lives on cuda:", device_);
   const auto issue_start = Clock::now();
@@ -682,6 +683,7 @@ std::shared_ptr<Work> ProcessGroupNccl::launch(const std::string& what, std::vec
   CUDA_CHECK(cudaStreamIsCapturing(caller, &capture));
   ready_.record(caller);
   ready_.block(comm_stream_.get());
+  if (!via_host_copy) nccl_since_host_copy_ = true;
   ncclComm_t comm = shared_->comm.get();
   if (capture == cudaStreamCaptureStatusActive) return launch_captured(what, std::move(keep), call, seq, issue_start);
   // Made before the call: nothing that can throw may come between an ncclInProgress answer and
@@ -817,9 +819,15 @@ std::shared_ptr<Work> ProcessGroupNccl::allreduce(const Tensor& tensor, ReduceOp
   if (shared_->host_copy && op != ReduceOp::kMin && HostCopyTransport::supports(tensor.dtype())) {
     HostCopyTransport* host_copy = shared_->host_copy.get();
     const DType dtype_of = tensor.dtype();
-    return launch(what + " via host copy", {tensor}, host_copy_call(what, [=](cudaStream_t stream) {
-                    host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream);
-                  }));
+    // Note [Back-to-back host copies]: after only host copies on the comm stream, the copies
+    // need only the caller's handshake event (ready_, recorded in launch() before this runs).
+    return launch(
+        what + " via host copy", {tensor}, host_copy_call(what, [=](cudaStream_t stream) {
+          const cudaEvent_t inputs_ready = nccl_since_host_copy_ || !host_copy_overlap_ ? nullptr : ready_.get();
+          host_copy->allreduce(data, static_cast<int64_t>(count), dtype_of, op, stream, inputs_ready);
+          nccl_since_host_copy_ = false;
+        }),
+        /*via_host_copy=*/true);
   }
   return launch(what, {tensor}, [=](ncclComm_t comm, cudaStream_t stream) {
     return ncclAllReduce(data, data, count, dtype, reduce, comm, stream);

@@ -133,7 +133,9 @@ class ProcessGroupNccl final : public ProcessGroup {
  private:
   using NcclCall = std::function<ncclResult_t(ncclComm_t comm, cudaStream_t stream)>;
   // The stream handshake around one NCCL call; `keep` stays alive until the collective is done.
-  std::shared_ptr<Work> launch(const std::string& what, std::vector<Tensor> keep, const NcclCall& call);
+  // `via_host_copy`: the call issues host-copy work only (no NCCL call on the comm stream).
+  std::shared_ptr<Work> launch(const std::string& what, std::vector<Tensor> keep, const NcclCall& call,
+                               bool via_host_copy = false);
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<Work> launch_captured(const std::string& what, std::vector<Tensor> keep, const NcclCall& call,
                                         uint64_t seq, Clock::time_point issue_start);
@@ -147,6 +149,10 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Shared> shared_;
   cuda::Stream comm_stream_;
   cuda::Event ready_;  // recorded on the caller's stream before each collective
+  // Whether an NCCL call went on the comm stream since the last host-copy collective: the next
+  // one must then follow the comm stream, not only its inputs (Note [Back-to-back host copies]).
+  bool nccl_since_host_copy_ = true;
+  bool host_copy_overlap_ = true;  // ProcessGroupOptions::host_copy_overlap
   uint64_t next_seq_ = 0;
   IssueStats issued_;  // guarded by shared_->mutex
   Tensor barrier_buffer_;  // f32[1] on device_

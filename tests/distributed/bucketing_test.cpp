@@ -1,5 +1,5 @@
-// compute_bucket_assignment (Note [Bucket order], Note [The tail buckets]): caps, dtypes, the
-// given order, and the tail's small buckets.
+// compute_bucket_assignment (Note [Bucket order], Note [The tail buckets], Note [Early buckets]):
+// caps, dtypes, the given order, the tail's small buckets and the early buckets' caps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,6 +97,25 @@ TEST(Bucketing, NoTailWhenTheLastParameterFillsABucket) {
   const BucketAssignment a = compute_bucket_assignment(bytes, dtypes, caps(30, 10, 10));
   EXPECT_EQ(a.tail_buckets, 0u);
   EXPECT_EQ(a.buckets, (Buckets{{3}, {2, 1}, {0}}));
+}
+
+// Note [Early buckets]: buckets 1, 2, ... take their own caps, the rest the common one; a
+// parameter larger than its cap still gets a bucket of its own.
+TEST(Bucketing, EarlyBucketsTakeTheirOwnCaps) {
+  const std::vector<size_t> bytes(12, 10);
+  const std::vector<DType> dtypes(12, DType::kF32);
+  BucketCaps c = caps(40, 10);
+  c.early_bytes = {10, 20};
+  const BucketAssignment a = compute_bucket_assignment(bytes, dtypes, c);
+  EXPECT_EQ(sizes(a, bytes), (std::vector<size_t>{10, 10, 20, 40, 40}));
+  EXPECT_EQ(a.buckets, (Buckets{{11}, {10}, {9, 8}, {7, 6, 5, 4}, {3, 2, 1, 0}}));
+  c.early_bytes = {5};
+  EXPECT_EQ(compute_bucket_assignment(bytes, dtypes, c).buckets.at(1), (std::vector<size_t>{10}));
+  // More early caps than buckets: the list just ends with the model.
+  c.early_bytes = std::vector<size_t>(50, 100);
+  EXPECT_EQ(sizes(compute_bucket_assignment(bytes, dtypes, c), bytes), (std::vector<size_t>{10, 100, 10}));
+  c.early_bytes = {10, 0};
+  EXPECT_THROW(compute_bucket_assignment(bytes, dtypes, c), Error);
 }
 
 TEST(Bucketing, BadArgumentsAreRefused) {

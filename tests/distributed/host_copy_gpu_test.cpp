@@ -1,7 +1,8 @@
 // The host-copy all-reduce (Note [Host-copy all-reduce], --host-copy-allreduce) on two GPUs, one
 // rank per thread: exact sums and averages in f32, bf16 and f16 over sizes from one element to
 // many chunks per ring (slots reused), several collectives queued before any wait and mixed
-// with NCCL's; sums bit-identical to NCCL's; a missing peer times out instead of hanging, the
+// with NCCL's, back to back where they may overlap (Note [Back-to-back host copies]); sums
+// bit-identical to NCCL's; a missing peer times out instead of hanging, the
 // group's teardown included; and a failed peer fails the live rank too. Skipped without two GPUs.
 #include <gtest/gtest.h>
 
@@ -86,6 +87,48 @@ TEST(HostCopyGpu, SumsAndAveragesAreExactAcrossChunksAndRings) {
     EXPECT_EQ(first_wrong(by_nccl, 1.0), -1);
     const std::vector<double> b = broadcasted.to_vector();
     for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], 2.0 + static_cast<double>(i % 13)) << i;
+  });
+  EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
+}
+
+// Note [Back-to-back host copies]: collectives issued one after another may overlap their copies
+// only where that is safe. Slices of one buffer, each written on the caller's stream just before
+// its all-reduce (as backward makes DDP's buckets), in up to 3 chunks each: every slice exact.
+// The same tensor twice without a wait: the second sums the first's results. An NCCL broadcast
+// into a slice right before its host copy: the copy sums what the broadcast wrote.
+TEST(HostCopyGpu, BackToBackCollectivesOverlapOnlyWhereSafe) {
+  VITDDP_REQUIRE_GPU();
+  if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  auto errors = run_pair(60000ms, [](int rank, ProcessGroupNccl& pg, ProcessGroupNccl&) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      const int64_t slice = 5 * 1024 * 1024 + 64;  // 10 or 20 MB: 2 or 3 chunks per part
+      const int pieces = 8;
+      Tensor pristine = pattern(rank, slice * pieces, dtype, pg.device());
+      Tensor buffer = Tensor::empty({slice * pieces}, dtype, Device::cuda(pg.device()));
+      std::vector<std::shared_ptr<Work>> works;
+      for (int k = 0; k < pieces; ++k) {
+        Tensor part = buffer.as_strided({slice}, {1}, k * slice);
+        part.copy_(pristine.as_strided({slice}, {1}, k * slice));  // on the caller's stream
+        works.push_back(pg.allreduce(part, ReduceOp::kSum));
+      }
+      for (auto& w : works) w->wait();
+      EXPECT_EQ(first_wrong(buffer, 1.0), -1) << dtype_name(dtype) << ": slices back to back";
+    }
+    Tensor twice = pattern(rank, 3 * 1024 * 1024 + 5, DType::kF32, pg.device());
+    auto first = pg.allreduce(twice, ReduceOp::kSum);
+    pg.allreduce(twice, ReduceOp::kSum)->wait();
+    first->wait();
+    EXPECT_EQ(first_wrong(twice, 2.0), -1) << "the same tensor twice without a wait";
+    Tensor mixed = pattern(rank, 2 * 1024 * 1024, DType::kF32, pg.device());
+    Tensor before = pattern(rank, 2 * 1024 * 1024, DType::kF32, pg.device());
+    auto a = pg.allreduce(before, ReduceOp::kSum);
+    auto b = pg.broadcast(mixed, 1);  // rank 1's pattern, (2 + i mod 13), on both
+    pg.allreduce(mixed, ReduceOp::kSum)->wait();
+    a->wait();
+    b->wait();
+    EXPECT_EQ(first_wrong(before, 1.0), -1);
+    const std::vector<double> m = mixed.to_vector();
+    for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(m[i], 4.0 + 2.0 * static_cast<double>(i % 13)) << i;
   });
   EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
 }

@@ -1,7 +1,7 @@
 // `train --gpus 2 --host-copy-allreduce` (Note [Host-copy all-reduce]): DDP's all-reduces through
 // shared host memory and the copy engines give the weights of NCCL's all-reduce bit for bit, in
 // fp32 (many small buckets) and bf16 (the bf16 hook), eagerly and replayed in a CUDA graph, also
-// with NCCL's P2P transport off. Skipped without 2 GPUs.
+// with NCCL's P2P transport off, and with the all-reduces in series. Skipped without 2 GPUs.
 #include <gtest/gtest.h>
 
 #include "common/ddp_harness.h"
@@ -32,6 +32,21 @@ TEST(HostCopyTrainGpu, TheWeightsEqualNcclsAllReduce) {
     ASSERT_EQ(c.code, 0) << c.out;
     EXPECT_EQ(testing::worst_weight_difference(plain, no_p2p), 0.0);
   }
+}
+
+// Note [Back-to-back host copies]: the buckets' all-reduces one after another, not overlapping,
+// give the same weights (the overlapping runs above are the default).
+TEST(HostCopyTrainGpu, AllReducesInSeriesGiveTheSameWeights) {
+  if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  testing::TempFolder dir("vitddp_host_copy_serial");
+  const std::string overlapped = (dir / "overlapped.safetensors").string(), serial = (dir / "serial.safetensors").string();
+  const std::string args = kBase + " --precision bf16 --bucket-mb 0.5 --hook bf16 --host-copy-allreduce";
+  const testing::TrainOutcome a = testing::run_train("", args + " --save " + overlapped, true, 300);
+  ASSERT_EQ(a.code, 0) << a.out;
+  const testing::TrainOutcome b = testing::run_train("", args + " --host-copy-overlap=false --save " + serial, true, 300);
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_EQ(testing::worst_weight_difference(overlapped, serial), 0.0);
+  EXPECT_EQ(testing::summary_loss(a.out), testing::summary_loss(b.out));
 }
 
 TEST(HostCopyTrainGpu, OneGpuWithoutDdpIsRefused) {

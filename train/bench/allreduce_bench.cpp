@@ -256,11 +256,30 @@ std::string fixed(double v, int decimals) {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, int64_t>> piece_ranges(int64_t elements, int pieces) {
+  VITDDP_CHECK(pieces >= 1, "--pieces must be >= 1, got ", pieces);
+  VITDDP_CHECK(elements >= pieces, "--pieces ", pieces, ": a size of ", elements, " elements cannot be cut into ",
+               pieces, " slices");
+  constexpr int64_t kAlign = 64;  // slices on 64-element boundaries, as the host copy's parts
+  const bool aligned = elements / pieces >= kAlign;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t begin = 0;
+  for (int i = 1; i <= pieces; ++i) {
+    int64_t end = elements * i / pieces;
+    if (aligned && i < pieces) end = end / kAlign * kAlign;
+    ranges.emplace_back(begin, end);
+    begin = end;
+  }
+  return ranges;
+}
+
 std::string markdown_preamble(const AllreduceRun& run) {
   std::string out = detail::concat("all-reduce (", run.average ? "avg" : "sum", ", in place) over ", run.world, run.world == 1 ? " rank" : " ranks",
                                    ": ", run.backend, " on ", run.device, ", ", dtype_name(run.dtype), "; time = median of ",
                                    run.iters, " iterations after ", run.warmup_iters, " warm-up (",
                                    run.device == "cpu" ? "wall clock" : "CUDA events", "), the slowest rank's\n");
+  if (run.pieces > 1)
+    out += detail::concat("each size as ", run.pieces, " all-reduces of consecutive slices, back to back (--pieces)\n");
   out += "algbw = bytes / time, busbw = algbw * 2(n-1)/n (GB/s = 1e9 B/s); check: every rank's result against "
          "the exact sum of the ranks' fills (divided by the ranks for avg)\n\n";
   out += table_line("size", "bytes", "elements", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check");
@@ -289,6 +308,7 @@ nlohmann::json row_json(const AllreduceRun& run, const AllreduceRow& row) {
   j["world_size"] = run.world;
   j["dtype"] = dtype_name(run.dtype);
   j["op"] = run.average ? "avg" : "sum";
+  j["pieces"] = run.pieces;
   j["bytes"] = row.bytes;
   j["elements"] = row.elements;
   if (!row.label.empty()) j["label"] = row.label;
@@ -325,10 +345,12 @@ struct BenchFlags {
   std::string op = "sum";
   int iters = 20;
   int warmup_iters = 5;
+  int pieces = 1;
   int gpus = 0;
   int procs = 0;
   double timeout = 300;
   bool host_copy = false;
+  bool host_copy_serial = false;
   bool json = false;
   std::string out;
 };
@@ -352,11 +374,19 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
   app.add_option("--warmup-iters", f->warmup_iters, "untimed iterations before them")
       ->capture_default_str()
       ->multi_option_policy(last);
+  app.add_option("--pieces", f->pieces,
+                 "all-reduce each size as this many collectives on consecutive slices, back to back (as DDP's "
+                 "buckets); the time covers them all")
+      ->capture_default_str()
+      ->multi_option_policy(last);
   app.add_option("--gpus", f->gpus, "all-reduce across this many GPUs (NCCL, one process each)")->multi_option_policy(last);
   app.add_option("--procs", f->procs, "all-reduce across this many CPU processes (Gloo)")->multi_option_policy(last);
   app.add_flag("--host-copy", f->host_copy,
                "with --gpus: all-reduce through shared host memory and the copy engines, as train "
                "--host-copy-allreduce");
+  app.add_flag("--host-copy-serial", f->host_copy_serial,
+               "with --host-copy: each all-reduce starts after the last one ended, as train --host-copy-overlap=false "
+               "(with --pieces, what the overlap of back-to-back all-reduces gains)");
   app.add_option("--timeout", f->timeout, "seconds a collective may take before the run stops with an error")
       ->capture_default_str()
       ->multi_option_policy(last);
@@ -391,9 +421,11 @@ BenchPlan make_plan(const BenchFlags& f) {
   VITDDP_CHECK(f.iters >= 1 && f.iters <= 1000000, "--iters must be in [1, 1000000], got ", f.iters);
   VITDDP_CHECK(f.warmup_iters >= 0 && f.warmup_iters <= 1000000, "--warmup-iters must be in [0, 1000000], got ",
                f.warmup_iters);
+  VITDDP_CHECK(f.pieces >= 1 && f.pieces <= 4096, "--pieces must be in [1, 4096], got ", f.pieces);
   VITDDP_CHECK(f.gpus >= 0, "--gpus must be >= 0, got ", f.gpus);
   check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
+  VITDDP_CHECK(!f.host_copy_serial || f.host_copy, "--host-copy-serial needs --host-copy");
   check_timeout_flag(f.timeout);
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
                "--sizes excludes --min-bytes and --max-bytes");
@@ -408,9 +440,11 @@ BenchPlan make_plan(const BenchFlags& f) {
     plan.default_list = true;
   }
   const auto element = static_cast<int64_t>(dtype_size(plan.dtype));
-  for (int64_t b : plan.sizes)
+  for (int64_t b : plan.sizes) {
     VITDDP_CHECK(b % element == 0, "size ", b, " B is not a whole number of ", dtype_name(plan.dtype), " elements (",
                  element, " bytes each)");
+    piece_ranges(b / element, f.pieces);  // throws when a size cannot be cut into that many slices
+  }
   return plan;
 }
 
@@ -425,14 +459,25 @@ void check_gpus(int wanted, int index) {
 }
 
 // Times warm-up + timed iterations of one size; returns the timed ones in microseconds.
+// All-reduces `buffer` as the slices `pieces`, issued back to back; returns the last one's work
+// (each waited for by the caller's stream, in order, as DDP's finalize does).
+std::shared_ptr<Work> allreduce_pieces(ProcessGroup& group, ReduceOp op, const Tensor& buffer,
+                                       const std::vector<std::pair<int64_t, int64_t>>& pieces) {
+  std::vector<std::shared_ptr<Work>> works;
+  for (const auto& [begin, end] : pieces)
+    works.push_back(group.allreduce(buffer.as_strided({end - begin}, {1}, buffer.storage_offset() + begin), op));
+  for (size_t i = 0; i + 1 < works.size(); ++i) works[i]->wait();
+  return works.back();
+}
+
 std::vector<double> time_allreduce(ProcessGroup& group, ReduceOp op, const Tensor& pristine, Tensor buffer, int warmup,
-                                   int iters) {
+                                   int iters, const std::vector<std::pair<int64_t, int64_t>>& pieces) {
   std::vector<double> us;
   if (buffer.device().is_cpu()) {
     for (int it = 0; it < warmup + iters; ++it) {
       buffer.copy_(pristine);
       const auto start = std::chrono::steady_clock::now();
-      group.allreduce(buffer, op)->wait();
+      allreduce_pieces(group, op, buffer, pieces)->wait();
       const auto end = std::chrono::steady_clock::now();
       if (it >= warmup) us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
     }
@@ -452,7 +497,7 @@ std::vector<double> time_allreduce(ProcessGroup& group, ReduceOp op, const Tenso
   for (int it = 0; it < warmup + iters; ++it) {
     buffer.copy_(pristine);
     if (it >= warmup) starts[it - warmup].record(stream);
-    work = group.allreduce(buffer, op);
+    work = allreduce_pieces(group, op, buffer, pieces);
     work->wait();
     if (it >= warmup) ends[it - warmup].record(stream);
   }
@@ -464,6 +509,7 @@ std::vector<double> time_allreduce(ProcessGroup& group, ReduceOp op, const Tenso
   (void)pristine;
   (void)warmup;
   (void)iters;
+  (void)pieces;
 #endif
   return us;
 }
@@ -474,7 +520,8 @@ AllreduceRow bench_size(ProcessGroup& group, Device device, int64_t bytes, const
   const int64_t elements = bytes / static_cast<int64_t>(dtype_size(plan.dtype));
   Tensor pristine = make_check_pattern(elements, plan.dtype, group.rank()).to(device);  // (elements,)
   Tensor buffer = Tensor::empty({elements}, plan.dtype, device);                         // (elements,)
-  const std::vector<double> us = time_allreduce(group, plan.op, pristine, buffer, f.warmup_iters, f.iters);
+  const std::vector<double> us =
+      time_allreduce(group, plan.op, pristine, buffer, f.warmup_iters, f.iters, piece_ranges(elements, f.pieces));
   const CheckResult mine = check_allreduce_result(buffer.to(Device::cpu()), group.size(), plan.op == ReduceOp::kAvg);
 
   // (world, 4): per rank its median, max error, failed flag and worst index.
@@ -537,6 +584,7 @@ int run_bench_allreduce(int argc, char** argv) {
 #endif
     device = Device::cuda(index);
     options.host_copy_allreduce = flags.host_copy;
+    options.host_copy_overlap = !flags.host_copy_serial;
     group = make_nccl_process_group(options);
   } else {
     VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");
@@ -551,6 +599,7 @@ int run_bench_allreduce(int argc, char** argv) {
   run.average = plan.op == ReduceOp::kAvg;
   run.iters = flags.iters;
   run.warmup_iters = flags.warmup_iters;
+  run.pieces = flags.pieces;
 
   const bool report = group->rank() == 0;
   std::ofstream out_file;

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,14 @@ int64_t vit_l32_gradient_bytes(DType dtype);
 std::vector<int64_t> default_sizes(DType dtype);
 // "1 MiB", "64 KiB", "1169.35 MiB", "4000 B".
 std::string format_bytes(int64_t bytes);
+
+// ---- pieces ----
+
+// `--pieces K`: each size all-reduced as K collectives on consecutive slices, issued back to back
+// with no wait between them, as DDP issues its buckets; the time covers all K. The slices'
+// [begin, end) element ranges: K nearly equal ones, each starting on a multiple of 64 elements
+// where the size allows. Throws (bad input) when a size has fewer elements than pieces.
+std::vector<std::pair<int64_t, int64_t>> piece_ranges(int64_t elements, int pieces);
 
 // ---- bandwidth ----
 
@@ -102,6 +111,7 @@ struct AllreduceRun {
   int iters = 0;
   int warmup_iters = 0;
   bool average = false;  // --op avg
+  int pieces = 1;        // --pieces
 };
 
 // "ok", "ok (max error 0.5)" within bf16 rounding, or "FAIL: max error 3 at element 17".

@@ -208,6 +208,25 @@ TEST(AllreduceBench, TableRowsAndJson) {
   EXPECT_EQ(row_json(run, wrong)["max_abs_error"], 3.0);
 }
 
+TEST(AllreduceBench, PiecesCoverTheBufferInNearlyEqualAlignedSlices) {
+  const auto ranges = piece_ranges(1000003, 7);
+  ASSERT_EQ(ranges.size(), 7u);
+  EXPECT_EQ(ranges.front().first, 0);
+  EXPECT_EQ(ranges.back().second, 1000003);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (i > 0) EXPECT_EQ(ranges[i].first, ranges[i - 1].second);
+    EXPECT_EQ(ranges[i].first % 64, 0) << i;
+    const int64_t size = ranges[i].second - ranges[i].first;
+    EXPECT_GE(size, 1000003 / 7 - 64) << i;
+    EXPECT_LE(size, 1000003 / 7 + 64) << i;
+  }
+  EXPECT_EQ(piece_ranges(10, 1), (std::vector<std::pair<int64_t, int64_t>>{{0, 10}}));
+  // Too small to align: still every element once, none empty.
+  EXPECT_EQ(piece_ranges(5, 5), (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
+  EXPECT_THROW(piece_ranges(3, 4), Error);
+  EXPECT_THROW(piece_ranges(3, 0), Error);
+}
+
 // ---- the command, end to end ----
 
 int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
@@ -267,6 +286,25 @@ TEST(AllreduceBenchCli, AverageOverTwoGlooRanksIsChecked) {
   EXPECT_EQ(rows, 2) << o.out;
 }
 
+TEST(AllreduceBenchCli, PiecesAreAllReducedBackToBackAndChecked) {
+  testing::TrainOutcome o = testing::run_train(
+      "", "bench allreduce --procs 2 --pieces 5 --sizes 4K,1001K --iters 2 --warmup-iters 1 --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  std::istringstream lines(o.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["pieces"], 5);
+    EXPECT_EQ(j["check"], "ok");  // every slice summed, none twice
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << o.out;
+  testing::TrainOutcome table = testing::run_train("", "bench allreduce --procs 2 --pieces 3 --sizes 4K --iters 1");
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("each size as 3 all-reduces of consecutive slices"), std::string::npos) << table.out;
+}
+
 TEST(AllreduceBenchCli, OneProcessWithoutFlagsRunsOnTheCpu) {
   testing::TrainOutcome o = testing::run_train("", "bench allreduce --min-bytes 1K --max-bytes 4K --iters 2");
   ASSERT_EQ(o.code, 0) << o.out;
@@ -290,6 +328,9 @@ TEST(AllreduceBenchCli, BadFlagsAreOneLineAndExitTwo) {
       {"--timeout 0", "--timeout must be in [0.001, 1e7] seconds"},
       {"--timeout 1e10", "--timeout must be in [0.001, 1e7] seconds"},
       {"--procs 5000", "--procs must be in [0, 1024], got 5000"},
+      {"--pieces 0", "--pieces must be in [1, 4096], got 0"},
+      {"--procs 2 --host-copy-serial", "--host-copy-serial needs --host-copy"},
+      {"--sizes 8 --pieces 3", "--pieces 3: a size of 2 elements cannot be cut into 3 slices"},
       {"--gpus 2 --procs 2", "--gpus and --procs exclude each other"},
       {"--gpus 2", "--gpus"},
       {"--procs 2 --out /nonexistent-dir/x.jsonl --sizes 4K", "--out: cannot write '/nonexistent-dir/x.jsonl'"},

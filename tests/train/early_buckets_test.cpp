@@ -1,0 +1,83 @@
+// `train --early-bucket-mb` (Note [Early buckets]) over 2 Gloo ranks: other caps for the buckets
+// after the first change which bytes travel together, not the sums, so the weights are the plain
+// run's bit for bit, with held buckets and updates in the next forward too; the start line gives
+// the sizes made; a checkpoint's buckets win over the flag on resume, which says so; bad lists
+// are refused in one line.
+#include <gtest/gtest.h>
+
+#include "common/multiprocess.h"
+#include "common/run_checks.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+using testing::kTwoTinyGlooRanks;
+
+TEST(EarlyBuckets, KeepTheWeights) {
+  for (const std::string& mode :
+       {std::string("--early-bucket-mb 0.01,0.02"),
+        std::string("--early-bucket-mb 0.01,0.01 --update-in-forward --ready-order-share 0.5 --held-buckets 1")}) {
+    SCOPED_TRACE(mode);
+    testing::expect_flags_keep_the_bytes(kTwoTinyGlooRanks + " --steps 4 --momentum 0.9", mode, "vitddp_early");
+  }
+}
+
+// " (buckets 1-2: a, b MB)" on the start line, each at most its cap (printed to 0.001 MB), and more
+// buckets than plain.
+TEST(EarlyBuckets, TheStartLineGivesTheirSizes) {
+  const testing::TrainOutcome plain = testing::run_train("", kTwoTinyGlooRanks + " --steps 1");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const testing::TrainOutcome early =
+      testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --early-bucket-mb 0.04,0.035");
+  ASSERT_EQ(early.code, 0) << early.out;
+  auto buckets = [](const std::string& out) {
+    const size_t at = out.find(" buckets of <= 0.05 MB");
+    if (at == std::string::npos) return -1;
+    const size_t begin = out.rfind(", ", at) + 2;
+    return std::stoi(out.substr(begin, at - begin));
+  };
+  EXPECT_GT(buckets(early.out), buckets(plain.out)) << early.out;
+  const std::string prefix = " buckets of <= 0.05 MB (buckets 1-2: ";
+  const size_t at = early.out.find(prefix);
+  ASSERT_NE(at, std::string::npos) << early.out;
+  size_t used = 0;
+  const double first = std::stod(early.out.substr(at + prefix.size()), &used);
+  const double second = std::stod(early.out.substr(at + prefix.size() + used + 2));
+  // Caps above vit_tiny's largest parameter there (0.031 MB), below --bucket-mb's 0.05.
+  EXPECT_GT(first, 0.0);
+  EXPECT_LE(first, 0.0405) << early.out;
+  EXPECT_GT(second, 0.0);
+  EXPECT_LE(second, 0.0355) << early.out;
+  EXPECT_EQ(plain.out.find("(bucket"), std::string::npos) << plain.out;
+}
+
+TEST(EarlyBuckets, ResumingWithAnotherSettingIsNamed) {
+  testing::TempFolder dir("vitddp_early_resume");
+  const std::string ckpt = (dir / "ckpt").string();
+  const testing::TrainOutcome first =
+      testing::run_train("", kTwoTinyGlooRanks + " --steps 2 --checkpoint-dir " + ckpt + " --checkpoint-every 2");
+  ASSERT_EQ(first.code, 0) << first.out;
+  const testing::TrainOutcome resumed = testing::run_train(
+      "", kTwoTinyGlooRanks + " --steps 3 --resume --checkpoint-dir " + ckpt + " --early-bucket-mb 0.01");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("with settings its run did not have (--early-bucket-mb \"\" -> \"0.01\")"),
+            std::string::npos)
+      << resumed.out;
+}
+
+TEST(EarlyBuckets, BadValuesAreRefused) {
+  for (const std::string& value : {std::string("0"), std::string("-1"), std::string("x"), std::string("1,,2"),
+                                   std::string("1,"), std::string("2e6"), std::string("1MB")}) {
+    SCOPED_TRACE(value);
+    testing::expect_refused_in_one_line(kTwoTinyGlooRanks + " --steps 1 --early-bucket-mb " + value,
+                                        "--early-bucket-mb must be sizes in MB in (0, 1e6], comma-separated "
+                                        "(\"10,25\"), got '" +
+                                            value + "'");
+  }
+  testing::expect_refused_in_one_line("--model vit_tiny --device cpu --batch-size 4 --steps 1 --early-bucket-mb 1",
+                                      "--early-bucket-mb sizes DDP's gradient buckets: it needs data parallelism");
+}
+
+}  // namespace
+}  // namespace vitddp
