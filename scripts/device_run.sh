@@ -104,6 +104,17 @@ if [ "${HOST_COPY_PROBE:-0}" = 1 ]; then
     done
   done
 fi
+# HOST_COPY_PIECES="13 26": P2P off, one step's 613 MB of bf16 summed by the host copy as that many back-to-back
+# all-reduces (DDP's 50 and 25 MB buckets), overlapping and in series (Note [Back-to-back host copies]).
+for pieces in ${HOST_COPY_PIECES:-}; do
+  for variant in "overlap:" "serial:--host-copy-serial"; do
+    tag=${variant%%:*}; flag=${variant#*:}
+    NCCL_P2P_DISABLE=1 timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum --host-copy $flag \
+      --pieces "$pieces" --sizes "104857600,613070800" --timeout 30 > "$OUT/host_copy_pieces${pieces}_$tag.md" 2>&1
+    echo "host copy, P2P off, bf16 sum in $pieces pieces, $tag: exit $?"
+    grep -E "^\| [0-9]|rror" "$OUT/host_copy_pieces${pieces}_$tag.md" | head -3
+  done
+done
 # OP_PROBE_ENVS="TAG:VAR=V,VAR=V ...": the P2P-off bf16 sum probe once per variant of NCCL's settings (channels,
 # buffer sizes), to see whether the link the P2P-off rows are held against can carry more. Commas separate the
 # variables, so a value cannot hold one.
