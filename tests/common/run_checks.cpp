@@ -41,6 +41,13 @@ int updates_issued_beside_backward(const std::string& out) {
   return at == std::string::npos ? -1 : std::stoi(out.substr(at + key.size()));
 }
 
+int start_line_buckets(const std::string& out, const std::string& cap) {
+  const size_t at = out.find(" buckets of <= " + cap + " MB");
+  if (at == std::string::npos) return -1;
+  const size_t begin = out.rfind(", ", at) + 2;
+  return std::stoi(out.substr(begin, at - begin));
+}
+
 TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::string& flags, const std::string& folder) {
   TempFolder dir(folder);
   const std::string plain = (dir / "plain.safetensors").string(), flagged = (dir / "flagged.safetensors").string();

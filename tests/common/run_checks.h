@@ -27,6 +27,8 @@ std::string file_bytes(const std::string& path);
 std::string summary_loss(const std::string& out);
 // The largest difference between the tensors of two weight files (EXPECTs the same names and sizes).
 double worst_weight_difference(const std::string& a_path, const std::string& b_path);
+// N of the start line's "N buckets of <= 0.05 MB" (`cap` = "0.05"), -1 without it.
+int start_line_buckets(const std::string& out, const std::string& cap);
 // N of the "updates in backward: N bucket update(s) issued beside backward" line, -1 without it.
 int updates_issued_beside_backward(const std::string& out);
 

@@ -31,12 +31,7 @@ TEST(EarlyBuckets, TheStartLineGivesTheirSizes) {
   const testing::TrainOutcome early =
       testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --early-bucket-mb 0.04,0.035");
   ASSERT_EQ(early.code, 0) << early.out;
-  auto buckets = [](const std::string& out) {
-    const size_t at = out.find(" buckets of <= 0.05 MB");
-    if (at == std::string::npos) return -1;
-    const size_t begin = out.rfind(", ", at) + 2;
-    return std::stoi(out.substr(begin, at - begin));
-  };
+  auto buckets = [](const std::string& out) { return testing::start_line_buckets(out, "0.05"); };
   EXPECT_GT(buckets(early.out), buckets(plain.out)) << early.out;
   const std::string prefix = " buckets of <= 0.05 MB (buckets 1-2: ";
   const size_t at = early.out.find(prefix);

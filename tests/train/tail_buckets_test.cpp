@@ -28,12 +28,7 @@ TEST(TailBuckets, TheStartLineCountsThem) {
   const testing::TrainOutcome tail =
       testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --tail-bucket-mb 0.01");
   ASSERT_EQ(tail.code, 0) << tail.out;
-  auto buckets = [](const std::string& out) {
-    const size_t at = out.find(" buckets of <= 0.05 MB");
-    if (at == std::string::npos) return -1;
-    const size_t begin = out.rfind(", ", at) + 2;
-    return std::stoi(out.substr(begin, at - begin));
-  };
+  auto buckets = [](const std::string& out) { return testing::start_line_buckets(out, "0.05"); };
   EXPECT_GT(buckets(plain.out), 0) << plain.out;
   // The last 0.05 MB (a bucket's worth) in 0.01 MB buckets: more of them.
   EXPECT_GT(buckets(tail.out), buckets(plain.out)) << tail.out;

@@ -270,36 +270,32 @@ TEST(AllreduceBenchCli, Bf16JsonLinesAndOutFile) {
   std::filesystem::remove(out);
 }
 
-TEST(AllreduceBenchCli, AverageOverTwoGlooRanksIsChecked) {
-  testing::TrainOutcome o =
-      testing::run_train("", "bench allreduce --procs 2 --op avg --sizes 4K,1M --iters 2 --warmup-iters 1 --json");
-  ASSERT_EQ(o.code, 0) << o.out;
+// The JSON lines of a `bench allreduce ... --json` run that must succeed.
+std::vector<nlohmann::json> json_rows(const std::string& args) {
+  const testing::TrainOutcome o = testing::run_train("", "bench allreduce " + args + " --json");
+  EXPECT_EQ(o.code, 0) << o.out;
+  std::vector<nlohmann::json> rows;
   std::istringstream lines(o.out);
-  std::string line;
-  int rows = 0;
-  while (std::getline(lines, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
+  for (std::string line; o.code == 0 && std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+TEST(AllreduceBenchCli, AverageOverTwoGlooRanksIsChecked) {
+  const auto rows = json_rows("--procs 2 --op avg --sizes 4K,1M --iters 2 --warmup-iters 1");
+  EXPECT_EQ(rows.size(), 2u);
+  for (const nlohmann::json& j : rows) {
     EXPECT_EQ(j["op"], "avg");
     EXPECT_EQ(j["check"], "ok");
-    ++rows;
   }
-  EXPECT_EQ(rows, 2) << o.out;
 }
 
 TEST(AllreduceBenchCli, PiecesAreAllReducedBackToBackAndChecked) {
-  testing::TrainOutcome o = testing::run_train(
-      "", "bench allreduce --procs 2 --pieces 5 --sizes 4K,1001K --iters 2 --warmup-iters 1 --json");
-  ASSERT_EQ(o.code, 0) << o.out;
-  std::istringstream lines(o.out);
-  std::string line;
-  int rows = 0;
-  while (std::getline(lines, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
+  const auto rows = json_rows("--procs 2 --pieces 5 --sizes 4K,1001K --iters 2 --warmup-iters 1");
+  EXPECT_EQ(rows.size(), 2u);
+  for (const nlohmann::json& j : rows) {
     EXPECT_EQ(j["pieces"], 5);
     EXPECT_EQ(j["check"], "ok");  // every slice summed, none twice
-    ++rows;
   }
-  EXPECT_EQ(rows, 2) << o.out;
   testing::TrainOutcome table = testing::run_train("", "bench allreduce --procs 2 --pieces 3 --sizes 4K --iters 1");
   ASSERT_EQ(table.code, 0) << table.out;
   EXPECT_NE(table.out.find("each size as 3 all-reduces of consecutive slices"), std::string::npos) << table.out;
