@@ -168,6 +168,19 @@ for sweep in ${REFERENCE_SWEEPS:-} ${SWEEP:-}; do
   VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$sweep" --out-dir "$OUT/$name" "${ref[@]}" \
     > "$OUT/$name.log" 2>&1; echo "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done
+# TRACE_SWEEP=configs/sweeps/X.json: that sweep once, every row traced, the traces gzipped for
+# scripts/trace_link_use.py (the results' tarball leaves plain .trace.json files out).
+if [ -n "${TRACE_SWEEP:-}" ]; then
+  name=$(basename "$TRACE_SWEEP" .json)
+  VITDDP_COMMIT=${COMMIT:-unknown} build-gpu/bin/train bench --sweep "$TRACE_SWEEP" --out-dir "$OUT/$name" \
+    ${SWEEP_RUN_TIMEOUT:+--run-timeout "$SWEEP_RUN_TIMEOUT"} > "$OUT/$name.log" 2>&1
+  echo "traced sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
+  gzip -f "$OUT/$name"/*.trace.json 2>/dev/null
+  for t in "$OUT/$name"/*.trace.json.gz; do
+    case "$t" in *1-gpu*) continue ;; esac
+    echo "== $(basename "$t")"; python3 scripts/trace_link_use.py "$t" 2>&1 | head -40
+  done
+fi
 # PSGD_ERROR_LOSS=1: the loss curves of PowerSGD's f32 and bf16 error feedback (2 GPUs, 100 steps).
 if [ "${PSGD_ERROR_LOSS:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/powersgd_error_loss_check.sh build-gpu 100
