@@ -54,6 +54,9 @@ struct ProcessGroupOptions {
   // With host_copy_allreduce: back-to-back all-reduces on apart buffers overlap their copies
   // (Note [Back-to-back host copies]); false: each starts after the last one ended.
   bool host_copy_overlap = true;
+  // With host_copy_allreduce: the owner's additions on a stream of their own beside the receiving
+  // copies (Note [Reductions beside the copies]); false: on the receiving stream.
+  bool host_copy_reduce_beside = true;
 };
 
 class ProcessGroup {

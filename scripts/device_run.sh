@@ -104,10 +104,11 @@ if [ "${HOST_COPY_PROBE:-0}" = 1 ]; then
     done
   done
 fi
-# HOST_COPY_PIECES="13 26": P2P off, one step's 613 MB of bf16 summed by the host copy as that many back-to-back
-# all-reduces (DDP's 50 and 25 MB buckets), overlapping and in series (Note [Back-to-back host copies]).
+# HOST_COPY_PIECES="1 13": P2P off, 100 MiB and one step's 613 MB of bf16 summed by the host copy as that many
+# back-to-back all-reduces (13: DDP's 50 MB buckets), overlapping, in series (Note [Back-to-back host copies]) and
+# with the additions on the receiving stream (Note [Reductions beside the copies]).
 for pieces in ${HOST_COPY_PIECES:-}; do
-  for variant in "overlap:" "serial:--host-copy-serial"; do
+  for variant in "overlap:" "serial:--host-copy-serial" "inline:--host-copy-reduce-inline"; do
     tag=${variant%%:*}; flag=${variant#*:}
     NCCL_P2P_DISABLE=1 timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum --host-copy $flag \
       --pieces "$pieces" --sizes "104857600,613070800" --timeout 30 > "$OUT/host_copy_pieces${pieces}_$tag.md" 2>&1

@@ -41,7 +41,9 @@ class Planner {
   }
 
   // Receiver side of one use of ring (peer -> this rank); `chunk` empty: a flag-only use.
-  void receive(int peer, const Range* chunk, bool to_staging) {
+  // `staging` >= 0: into that staging chunk; with `beside` (Note [Reductions beside the copies])
+  // marked staged after the copy, and with `wait_staging` only once it was marked free.
+  void receive(int peer, const Range* chunk, int staging = -1, bool beside = false, bool wait_staging = false) {
     const uint64_t use = counters_.received[peer]++;
     const int slot = static_cast<int>(use % slots_);
     const uint64_t round = use / slots_;
@@ -49,11 +51,14 @@ class Planner {
     wait.mask = kParityBit[round & 1] | kReleased;
     add(wait);
     if (chunk) {
+      if (wait_staging) add(staging_step(Stream::kRecv, Kind::kWaitStagingFree, staging));
       CopyStep copy = step(Stream::kRecv, Kind::kCopyFromRing, peer, slot);
       copy.offset = chunk->begin;
       copy.count = chunk->size();
-      copy.to_staging = to_staging;
+      copy.to_staging = staging >= 0;
+      copy.staging = std::max(staging, 0);
       add(copy);
+      if (beside) add(staging_step(Stream::kRecv, Kind::kMarkStaged, staging));
     }
     CopyStep signal = step(Stream::kRecv, Kind::kSignalFree, peer, slot);
     signal.value = kParityBit[round & 1];
@@ -64,6 +69,11 @@ class Planner {
     CopyStep s{stream, kind};
     s.peer = peer;
     s.slot = slot;
+    return s;
+  }
+  static CopyStep staging_step(Stream stream, Kind kind, int staging) {
+    CopyStep s{stream, kind};
+    s.staging = staging;
     return s;
   }
   void add(const CopyStep& s) { plan_.steps.push_back(s); }
@@ -89,7 +99,21 @@ Range owner_part(int world, int owner, int64_t count, int64_t align) {
   return {begin, std::min(count, begin + part)};
 }
 
-CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters) {
+// Note [Reductions beside the copies]
+// The owner adds each received chunk of its part into the buffer (kReduce, a short kernel). On
+// the receiving stream, the next host -> device copy waits for that kernel: for its launch after
+// the copy, its run and the front end's turn back to the copy, per chunk of the reduce-scatter,
+// while the copy engine idles. Beside it, on a stream of its own, the additions read alternating
+// staging chunks: the receiving stream copies chunk j into staging chunk j mod 2 and marks it
+// staged (an event); the reducing stream waits for that, adds it in, and marks the staging chunk
+// free; the receiving stream's copy of chunk j + 2 waits for that mark. Chunk j's addition then
+// runs while chunk j + 1 is copied. The all-gather's sends wait for the chunks' reductions as
+// before (kMarkReduced, now on the reducing stream). Every wait is for a mark issued earlier, so
+// the plan runs in issue order on one queue too. Across all-reduces the staging chunks are
+// reused: before a plan the runner makes the receiving stream wait for the reducing stream's
+// earlier work (which by then has long finished: the last all-reduce's gather came after it).
+CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters,
+                        bool reduce_beside) {
   check_counters(world, rank, slots, counters);
   VITDDP_CHECK(count >= 0 && chunk_elements >= 1, "plan_allreduce: count ", count, ", chunk ", chunk_elements);
   // Parts start on 64-element boundaries: 16-byte aligned chunks for the reduction's vector loads.
@@ -107,6 +131,8 @@ CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elemen
 
   // Reduce-scatter, round c: chunk c of every peer's part goes out; chunk c of this rank's part
   // comes in from every peer and is added in turn.
+  const Stream reducing = reduce_beside ? Stream::kReduce : Stream::kRecv;
+  int64_t staged = 0;  // receives into staging so far
   for (int64_t c = 0; c < rounds; ++c) {
     for (int i = 1; i < world; ++i) {
       const Range chunk = chunk_of(parts[peer(i)], c, chunk_elements);
@@ -115,14 +141,22 @@ CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elemen
     if (c >= plan.reduced_chunks) continue;
     const Range mine = chunk_of(parts[rank], c, chunk_elements);
     for (int i = 1; i < world; ++i) {
-      planner.receive(peer(i), &mine, /*to_staging=*/true);
-      CopyStep reduce = Planner::step(CopyStep::Stream::kRecv, Kind::kReduce);
+      const int staging = reduce_beside ? static_cast<int>(staged % kStagingChunks) : 0;
+      if (reduce_beside) {
+        planner.receive(peer(i), &mine, staging, /*beside=*/true, /*wait_staging=*/staged >= kStagingChunks);
+        planner.add(Planner::staging_step(reducing, Kind::kWaitStaged, staging));
+      } else {
+        planner.receive(peer(i), &mine, staging);
+      }
+      ++staged;
+      CopyStep reduce = Planner::staging_step(reducing, Kind::kReduce, staging);
       reduce.offset = mine.begin;
       reduce.count = mine.size();
       reduce.last = i == world - 1;
       planner.add(reduce);
+      if (reduce_beside) planner.add(Planner::staging_step(reducing, Kind::kMarkStagingFree, staging));
     }
-    CopyStep mark = Planner::step(CopyStep::Stream::kRecv, Kind::kMarkReduced);
+    CopyStep mark = Planner::step(reducing, Kind::kMarkReduced);
     mark.chunk = c;
     planner.add(mark);
   }
@@ -137,7 +171,7 @@ CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elemen
     }
     for (int i = 1; i < world; ++i) {
       const Range chunk = chunk_of(parts[peer(i)], c, chunk_elements);
-      if (chunk.size() > 0) planner.receive(peer(i), &chunk, /*to_staging=*/false);
+      if (chunk.size() > 0) planner.receive(peer(i), &chunk);
     }
   }
   return plan;
@@ -162,7 +196,7 @@ CopyPlan pad_rings(int world, int rank, int slots, RingCounters& counters) {
       const int q = (rank + i) % world;
       if (counters.sent[q] % period != 0) planner.send(q, nullptr);
       const int from = (rank + world - i) % world;
-      if (counters.received[from] % period != 0) planner.receive(from, nullptr, false);
+      if (counters.received[from] % period != 0) planner.receive(from, nullptr);
     }
   return plan;
 }

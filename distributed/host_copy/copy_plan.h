@@ -31,18 +31,26 @@ constexpr uint32_t kReleased = 4u;
 constexpr uint32_t kInitialFlag = kParityBit[1];
 
 struct CopyStep {
-  enum class Stream { kSend, kRecv };  // device -> host, host -> device (with the reductions)
+  // device -> host; host -> device; the owner's additions (on the receiving stream when planned
+  // inline, else beside it: Note [Reductions beside the copies])
+  enum class Stream { kSend, kRecv, kReduce };
   enum class Kind {
     kWaitFree,      // ring (this rank -> peer), slot `slot`: its `free` flag & `mask` != 0
     kCopyToRing,    // buffer[offset, offset + count) -> slot `slot` of ring (this rank -> peer)
     kSignalFull,    // ring (this rank -> peer), slot `slot`: `full` = value
     kWaitFull,      // ring (peer -> this rank), slot `slot`: its `full` flag & `mask` != 0
     kCopyFromRing,  // slot `slot` of ring (peer -> this rank) -> buffer[offset...] or, with
-                    // `to_staging`, the staging chunk
+                    // `to_staging`, staging chunk `staging`
     kSignalFree,    // ring (peer -> this rank), slot `slot`: `free` = value
-    kReduce,        // buffer[offset, offset + count) += staging; times the scale when `last`
+    kReduce,        // buffer[offset, offset + count) += staging chunk `staging`; times the scale when `last`
     kMarkReduced,   // chunk `chunk` of this rank's part is reduced
-    kWaitReduced,   // wait for kMarkReduced of chunk `chunk` (issued earlier, on the other stream)
+    kWaitReduced,   // wait for kMarkReduced of chunk `chunk` (issued earlier, on another stream)
+    // The staging chunks' hand-over between the receiving and the reducing stream (events; a
+    // wait is for the mark of the same staging chunk issued last before it):
+    kMarkStaged,       // staging chunk `staging` holds a received chunk
+    kWaitStaged,       // wait for it
+    kMarkStagingFree,  // staging chunk `staging` was added in: it may be overwritten
+    kWaitStagingFree,  // wait for it
   };
   Stream stream;
   Kind kind;
@@ -53,9 +61,13 @@ struct CopyStep {
   int64_t offset = 0;  // elements
   int64_t count = 0;   // elements
   bool to_staging = false;
+  int staging = 0;  // which staging chunk (0 .. kStagingChunks - 1)
   bool last = false;
   int64_t chunk = -1;
 };
+
+// Staging chunks a rank's receives alternate between when its reductions run beside them.
+constexpr int kStagingChunks = 2;
 
 // The uses of each ring since the group began, per peer (its own entry unused). Both ends of a
 // ring count the same uses, so they agree on every slot and parity without talking.
@@ -82,8 +94,13 @@ Range owner_part(int world, int owner, int64_t count, int64_t align);
 
 // The steps of rank `rank` for one all-reduce of `count` elements in chunks of at most
 // `chunk_elements`, over rings of `slots` slots, advancing `counters`. Every rank must plan the
-// same all-reduces in the same order. Throws (internal error) on arguments out of range.
-CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters);
+// same all-reduces in the same order. `reduce_beside`: the additions run on a stream of their own,
+// from alternating staging chunks (Note [Reductions beside the copies]); else on the receiving
+// stream, from staging chunk 0. The runner must then also make the receiving stream wait, before
+// the plan, for the reducing stream's earlier work (the staging chunks' last uses). Throws
+// (internal error) on arguments out of range.
+CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters,
+                        bool reduce_beside = true);
 
 // Flag-only uses (no data) that bring every ring's use count to a multiple of 2 * slots, where
 // every slot's flags are back at the parities they had at the group's start. A CUDA graph

@@ -63,7 +63,7 @@ namespace vitddp {
 // write the last buffer, so the two must be apart (else it forks from the caller's stream, as
 // before: the same tensor all-reduced twice without a wait stays in order). Anything older has
 // finished: the last collective's sends waited for its reductions (kWaitReduced), which come after
-// all earlier receives on the receive stream; when this rank reduced nothing of it (a buffer too
+// its receives began, so after all earlier receives on the receive stream; when this rank reduced nothing of it (a buffer too
 // small to have a part here) or it was flag-only padding, the next one forks from the stream too.
 namespace {
 
@@ -203,15 +203,24 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
 
   send_stream_ = cuda::Stream::create(options.device, cuda::communication_priority());
   recv_stream_ = cuda::Stream::create(options.device, cuda::communication_priority());
+  reduce_stream_ = cuda::Stream::create(options.device, cuda::communication_priority());
   fork_ = cuda::Event::create();
   send_done_ = cuda::Event::create();
   recv_done_ = cuda::Event::create();
-  CUDA_CHECK(cudaMalloc(&staging_, static_cast<size_t>(options.chunk_bytes)));
+  reduce_done_ = cuda::Event::create();
+  reduces_caught_up_ = cuda::Event::create();
+  for (int b = 0; b < host_copy::kStagingChunks; ++b) {
+    staged_.push_back(cuda::Event::create());
+    staging_free_.push_back(cuda::Event::create());
+    staging_.push_back(nullptr);
+    CUDA_CHECK(cudaMalloc(&staging_.back(), static_cast<size_t>(options.chunk_bytes)));
+  }
 }
 
 HostCopyTransport::~HostCopyTransport() {
   cuda::DeviceScope scope(options_.device);
-  if (staging_) CUDA_WARN(cudaFree(staging_));
+  for (void* chunk : staging_)
+    if (chunk) CUDA_WARN(cudaFree(chunk));
   for (Mapped& m : segments_)
     if (m.registered) CUDA_WARN(cudaHostUnregister(m.segment.data()));
 }
@@ -224,7 +233,7 @@ int HostCopyTransport::peer_failed() const noexcept {
 }
 
 bool HostCopyTransport::idle() const {
-  for (const cuda::Stream* s : {&send_stream_, &recv_stream_}) {
+  for (const cuda::Stream* s : {&send_stream_, &recv_stream_, &reduce_stream_}) {
     if (!s->get()) continue;
     const cudaError_t status = cudaStreamQuery(s->get());
     if (status == cudaErrorNotReady) return false;
@@ -251,8 +260,9 @@ void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_
                             float scale) {
   using Kind = host_copy::CopyStep::Kind;
   const int me = options_.rank;
-  cudaStream_t stream =
-      step.stream == host_copy::CopyStep::Stream::kSend ? send_stream_.get() : recv_stream_.get();
+  cudaStream_t stream = step.stream == host_copy::CopyStep::Stream::kSend   ? send_stream_.get()
+                        : step.stream == host_copy::CopyStep::Stream::kRecv ? recv_stream_.get()
+                                                                             : reduce_stream_.get();
   auto device_address = [&](int owner, const uint32_t* flag) {
     const char* base = static_cast<const char*>(segments_[owner].segment.data());
     return reinterpret_cast<CUdeviceptr>(static_cast<char*>(segments_[owner].device_view) +
@@ -280,13 +290,18 @@ void HostCopyTransport::run(const host_copy::CopyStep& step, char* buffer, size_
     case Kind::kSignalFull: return write(full_flag(me, step.peer, step.slot));
     case Kind::kWaitFull: return wait(step.peer, full_flag(step.peer, me, step.slot));
     case Kind::kCopyFromRing:
-      CUDA_CHECK(cudaMemcpyAsync(step.to_staging ? staging_ : at, slot(step.peer, me), bytes, cudaMemcpyHostToDevice,
-                                 stream));
+      CUDA_CHECK(cudaMemcpyAsync(step.to_staging ? staging_[step.staging] : at, slot(step.peer, me), bytes,
+                                 cudaMemcpyHostToDevice, stream));
       return;
     case Kind::kSignalFree: return write(free_flag(me, step.peer, step.slot));
-    case Kind::kReduce: return cuda::chunk_sum_forward(at, staging_, step.count, dtype, step.last ? scale : 1.0f, stream);
+    case Kind::kReduce:
+      return cuda::chunk_sum_forward(at, staging_[step.staging], step.count, dtype, step.last ? scale : 1.0f, stream);
     case Kind::kMarkReduced: return reduced_[step.chunk].record(stream);
     case Kind::kWaitReduced: return reduced_[step.chunk].block(stream);
+    case Kind::kMarkStaged: return staged_[step.staging].record(stream);
+    case Kind::kWaitStaged: return staged_[step.staging].block(stream);
+    case Kind::kMarkStagingFree: return staging_free_[step.staging].record(stream);
+    case Kind::kWaitStagingFree: return staging_free_[step.staging].block(stream);
   }
 }
 
@@ -294,20 +309,25 @@ void HostCopyTransport::issue(const host_copy::CopyPlan& plan, char* buffer, DTy
                               cudaStream_t stream, cudaEvent_t inputs_ready) {
   cuda::DeviceScope scope(options_.device);
   while (static_cast<int64_t>(reduced_.size()) < plan.reduced_chunks) reduced_.push_back(cuda::Event::create());
+  const cudaStream_t streams[] = {send_stream_.get(), recv_stream_.get(), reduce_stream_.get()};
   if (inputs_ready) {  // Note [Back-to-back host copies]
-    CUDA_CHECK(cudaStreamWaitEvent(send_stream_.get(), inputs_ready, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(recv_stream_.get(), inputs_ready, 0));
+    for (cudaStream_t s : streams) CUDA_CHECK(cudaStreamWaitEvent(s, inputs_ready, 0));
   } else {
     fork_.record(stream);
-    fork_.block(send_stream_.get());
-    fork_.block(recv_stream_.get());
+    for (cudaStream_t s : streams) fork_.block(s);
   }
+  // The staging chunks' last uses, on the reducing stream, come before this plan's copies into
+  // them (Note [Reductions beside the copies]).
+  reduces_caught_up_.record(reduce_stream_.get());
+  reduces_caught_up_.block(recv_stream_.get());
   const size_t element_bytes = dtype_size(dtype);
   for (const auto& step : plan.steps) run(step, buffer, element_bytes, dtype, scale);
   send_done_.record(send_stream_.get());
   recv_done_.record(recv_stream_.get());
+  reduce_done_.record(reduce_stream_.get());
   send_done_.block(stream);
   recv_done_.block(stream);
+  reduce_done_.block(stream);
 }
 
 void HostCopyTransport::align_rings(cudaStream_t stream) {
@@ -323,12 +343,14 @@ void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, Reduce
   VITDDP_CHECK(supports(dtype), "HostCopyTransport: ", dtype_name(dtype), " is not f32, bf16 or f16");
   const int64_t chunk_elements = options_.chunk_bytes / static_cast<int64_t>(dtype_size(dtype));
   const host_copy::CopyPlan plan =
-      host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_);
+      host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_,
+                                options_.reduce_beside);
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.world_size) : 1.0f;
   const char* begin = static_cast<const char*>(data);
   const char* end = begin + static_cast<size_t>(count) * dtype_size(dtype);
   // Overlapping the last collective is safe when the two buffers are apart and that one's sends
-  // waited for its reductions, which come after everything before it on the receive stream.
+  // waited for its reductions, which come after everything before it on the receive stream
+  // (they follow its first receive).
   const bool apart = end <= last_begin_ || last_end_ <= begin;
   issue(plan, static_cast<char*>(data), dtype, scale, stream, apart && last_reduced_ ? inputs_ready : nullptr);
   last_begin_ = begin;

@@ -35,6 +35,9 @@ struct HostCopyOptions {
   std::chrono::milliseconds timeout{300000};
   int64_t chunk_bytes = 4 << 20;  // one ring slot
   int slots = 4;                  // slots per ring (each ordered pair of ranks has one ring)
+  // The owner's additions on a stream of their own beside the receiving copies (Note
+  // [Reductions beside the copies] in copy_plan.cpp); false: on the receiving stream.
+  bool reduce_beside = true;
 };
 
 class HostCopyTransport {
@@ -68,7 +71,7 @@ class HostCopyTransport {
   // A peer that released its waits after a failure (its last all-reduces carried garbage): the
   // rank it names, or -1. Read from host memory; the group's checks call it.
   int peer_failed() const noexcept;
-  // Whether the copy streams are idle (cudaStreamQuery on both).
+  // Whether the transport's streams are idle (cudaStreamQuery on each).
   bool idle() const;
 
  private:
@@ -83,7 +86,7 @@ class HostCopyTransport {
   uint32_t* full_flag(int owner, int peer, int slot) const;  // ring owner -> peer, in owner's segment
   uint32_t* free_flag(int owner, int peer, int slot) const;  // ring peer -> owner, in owner's segment
   uint32_t* failed_flag(int owner) const;                     // set by release_waits(), in owner's segment
-  // Issues `plan` on the two copy streams, after `inputs_ready` or, when null, after `stream`'s
+  // Issues `plan` on the transport's streams, after `inputs_ready` or, when null, after `stream`'s
   // work; `stream` waits for its end.
   void issue(const host_copy::CopyPlan& plan, char* buffer, DType dtype, float scale, cudaStream_t stream,
              cudaEvent_t inputs_ready);
@@ -94,14 +97,17 @@ class HostCopyTransport {
   host_copy::RingCounters counters_;
   cuda::Stream send_stream_;
   cuda::Stream recv_stream_;
-  cuda::Event fork_, send_done_, recv_done_;
+  cuda::Stream reduce_stream_;  // the additions, with reduce_beside
+  cuda::Event fork_, send_done_, recv_done_, reduce_done_;
+  cuda::Event reduces_caught_up_;     // the reducing stream's earlier work, for the receiving stream
   std::vector<cuda::Event> reduced_;  // per chunk of this rank's part (grown as needed)
+  std::vector<cuda::Event> staged_, staging_free_;  // per staging chunk (Note [Reductions beside the copies])
   // The last collective's buffer, and whether this rank reduced chunks of it: the next may start
   // before its end only if it touches other memory (Note [Back-to-back host copies]).
   const char* last_begin_ = nullptr;
   const char* last_end_ = nullptr;
   bool last_reduced_ = false;
-  void* staging_ = nullptr;           // one chunk on the device
+  std::vector<void*> staging_;  // host_copy::kStagingChunks chunks on the device
 };
 
 }  // namespace vitddp

@@ -529,6 +529,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
     host_copy.rendezvous = options.rendezvous;
     host_copy.key_prefix = "nccl" + std::to_string(instance) + "/";
     host_copy.timeout = options.timeout;
+    host_copy.reduce_beside = options.host_copy_reduce_beside;
     shared_->host_copy = std::make_unique<HostCopyTransport>(host_copy);
   }
 

@@ -26,14 +26,17 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Runs body(rank, host_copy_group, nccl_group) on two threads, thread r on cuda:r.
+// Runs body(rank, host_copy_group, nccl_group) on two threads, thread r on cuda:r. `reduce_beside`:
+// ProcessGroupOptions::host_copy_reduce_beside.
 std::vector<std::string> run_pair(std::chrono::milliseconds timeout,
-                                  const std::function<void(int, ProcessGroupNccl&, ProcessGroupNccl&)>& body) {
+                                  const std::function<void(int, ProcessGroupNccl&, ProcessGroupNccl&)>& body,
+                                  bool reduce_beside = true) {
   testing::TempFolder folder("vitddp_host_copy");
   return testing::run_on_gpu_threads(2, [&](int rank) {
     ProcessGroupOptions o = testing::group_options(rank, 2, folder.path(), timeout);
     ProcessGroupNccl plain(o);
     o.host_copy_allreduce = true;
+    o.host_copy_reduce_beside = reduce_beside;
     ProcessGroupNccl host_copy(o);
     body(rank, host_copy, plain);
   });
@@ -133,28 +136,32 @@ TEST(HostCopyGpu, BackToBackCollectivesOverlapOnlyWhereSafe) {
   EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
 }
 
+// Note [Reductions beside the copies]: beside the copies (the default) and on the receiving stream.
 TEST(HostCopyGpu, SumsEqualNcclsBitForBit) {
   VITDDP_REQUIRE_GPU();
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
-  auto errors = run_pair(60000ms, [](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
-    std::mt19937 random(1234 + rank);
-    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
-    std::vector<double> values(5 * 1024 * 1024 + 17);
-    for (double& v : values) v = uniform(random) * std::exp(8 * uniform(random));
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
-      Tensor a = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, DType::kF32)
-                     .to(dtype)
-                     .to(Device::cuda(pg.device()));
-      Tensor b = a.clone();
-      pg.allreduce(a, ReduceOp::kSum)->wait();
-      plain.allreduce(b, ReduceOp::kSum)->wait();
-      const std::vector<double> x = a.to_vector(), y = b.to_vector();
-      int64_t differ = 0;
-      for (size_t i = 0; i < x.size(); ++i) differ += x[i] != y[i];
-      EXPECT_EQ(differ, 0) << dtype_name(dtype) << ": elements that differ from NCCL's sum";
-    }
-  });
-  EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
+  for (bool beside : {true, false}) {
+    SCOPED_TRACE(beside ? "reductions beside the copies" : "reductions on the receiving stream");
+    auto errors = run_pair(60000ms, [](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
+      std::mt19937 random(1234 + rank);
+      std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+      std::vector<double> values(5 * 1024 * 1024 + 17);
+      for (double& v : values) v = uniform(random) * std::exp(8 * uniform(random));
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        Tensor a = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, DType::kF32)
+                       .to(dtype)
+                       .to(Device::cuda(pg.device()));
+        Tensor b = a.clone();
+        pg.allreduce(a, ReduceOp::kSum)->wait();
+        plain.allreduce(b, ReduceOp::kSum)->wait();
+        const std::vector<double> x = a.to_vector(), y = b.to_vector();
+        int64_t differ = 0;
+        for (size_t i = 0; i < x.size(); ++i) differ += x[i] != y[i];
+        EXPECT_EQ(differ, 0) << dtype_name(dtype) << ": elements that differ from NCCL's sum";
+      }
+    }, beside);
+    EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
+  }
 }
 
 // Rank 1 never joins: rank 0's copies wait on counters rank 1 never writes. The watchdog must

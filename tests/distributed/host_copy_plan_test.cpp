@@ -1,7 +1,8 @@
 // The host-copy all-reduce's plan (distributed/host_copy/copy_plan.h), run by a simulator: each
-// rank's two streams are two threads (or one, in issue order, as streams sharing one hardware
-// queue), the rings are host buffers, the flags atomics, and every wait has a deadline, so a plan
-// that deadlocks fails instead of hanging. The GPU runs the same steps
+// rank's streams (send, receive, and with the reductions beside the copies a reducing one) are
+// threads (or one, in issue order, as streams sharing one hardware queue), the rings are host
+// buffers, the flags atomics, an event wait binds to the mark issued last before it, and every
+// wait has a deadline, so a plan that deadlocks fails instead of hanging. The GPU runs the same steps
 // (distributed/nccl/host_copy_transport.cpp); here they must give every rank the exact sum (small
 // integers) for several worlds, sizes, chunk and ring sizes, across consecutive all-reduces, and
 // when padded plans are replayed with fixed flag values, as a CUDA graph replays them.
@@ -24,14 +25,16 @@ using Kind = CopyStep::Kind;
 
 class Simulator {
  public:
-  // `serial`: each rank runs its steps in issue order on one thread, as two streams sharing one
-  // hardware queue would; otherwise each rank's two streams are two threads.
-  Simulator(int world, int64_t chunk, int slots, bool serial = false)
-      : world_(world), chunk_(chunk), slots_(slots), serial_(serial) {
+  // `serial`: each rank runs its steps in issue order on one thread, as streams sharing one
+  // hardware queue would; otherwise each rank's streams are threads. `reduce_beside`: plans with
+  // the reductions on a stream of their own (Note [Reductions beside the copies]).
+  Simulator(int world, int64_t chunk, int slots, bool serial = false, bool reduce_beside = true)
+      : world_(world), chunk_(chunk), slots_(slots), serial_(serial), reduce_beside_(reduce_beside) {
     for (int r = 0; r < world; ++r) {
       counters_.emplace_back(world);
-      staging_.emplace_back(chunk);
+      staging_.emplace_back(kStagingChunks, std::vector<float>(chunk));
       reduced_.push_back(std::make_unique<std::atomic<int64_t>>(0));
+      for (int e = 0; e < 2 * kStagingChunks; ++e) marks_.push_back(std::make_unique<std::atomic<int64_t>>(0));
     }
     for (int i = 0; i < world * world; ++i) rings_.emplace_back(static_cast<size_t>(slots * chunk));
     for (int i = 0; i < world * world * slots; ++i) {
@@ -45,7 +48,8 @@ class Simulator {
   // Plans one all-reduce per rank (advancing the counters).
   std::vector<CopyPlan> plan(int64_t count) {
     std::vector<CopyPlan> plans;
-    for (int r = 0; r < world_; ++r) plans.push_back(plan_allreduce(world_, r, count, chunk_, slots_, counters_[r]));
+    for (int r = 0; r < world_; ++r)
+      plans.push_back(plan_allreduce(world_, r, count, chunk_, slots_, counters_[r], reduce_beside_));
     return plans;
   }
   std::vector<CopyPlan> pad() {
@@ -58,16 +62,29 @@ class Simulator {
   bool run(const std::vector<CopyPlan>& plans, std::vector<std::vector<float>>& buffers, float scale,
            std::string& error) {
     for (int r = 0; r < world_; ++r) reduced_[r]->store(0);
+    for (auto& m : marks_) m->store(0);
+    // Each event wait's mark: how many marks of its event the plan issued before it.
+    std::vector<std::vector<int64_t>> binds(world_);
+    for (int r = 0; r < world_; ++r) {
+      std::vector<int64_t> issued(2 * kStagingChunks, 0);
+      for (const CopyStep& step : plans[r].steps) {
+        binds[r].push_back(0);
+        if (step.kind == Kind::kMarkStaged || step.kind == Kind::kMarkStagingFree) ++issued[event(step)];
+        if (step.kind == Kind::kWaitStaged || step.kind == Kind::kWaitStagingFree) binds[r].back() = issued[event(step)];
+      }
+    }
     std::atomic<bool> failed{false};
-    std::vector<std::string> errors(2 * world_);
+    constexpr int kStreams = 3;
+    std::vector<std::string> errors(kStreams * world_);
     std::vector<std::thread> threads;
     for (int r = 0; r < world_; ++r)
-      for (int s = 0; s < (serial_ ? 1 : 2); ++s)
+      for (int s = 0; s < (serial_ ? 1 : kStreams); ++s)
         threads.emplace_back([&, r, s] {
-          for (const CopyStep& step : plans[r].steps) {
-            if (!serial_ && (step.stream == CopyStep::Stream::kSend) != (s == 0)) continue;
-            if (!execute(r, step, buffers[r], scale, failed)) {
-              errors[2 * r + s] = "rank " + std::to_string(r) + " stuck; ";
+          for (size_t k = 0; k < plans[r].steps.size(); ++k) {
+            const CopyStep& step = plans[r].steps[k];
+            if (!serial_ && static_cast<int>(step.stream) != s) continue;
+            if (!execute(r, step, binds[r][k], buffers[r], scale, failed)) {
+              errors[kStreams * r + s] = "rank " + std::to_string(r) + " stuck; ";
               failed = true;
               return;
             }
@@ -89,6 +106,16 @@ class Simulator {
     return *free_[(from * world_ + to) * slots_ + slot];
   }
 
+  // Until `count` >= `at_least`, polled until a deadline.
+  static bool wait_count(const std::atomic<int64_t>& count, int64_t at_least, const std::atomic<bool>& failed) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (count.load(std::memory_order_acquire) < at_least) {
+      if (failed || std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+
   // CU_STREAM_WAIT_VALUE_AND: until (flag & mask) != 0, polled until a deadline.
   static bool wait_and(const std::atomic<uint32_t>& flag, uint32_t mask, const std::atomic<bool>& failed) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -99,7 +126,16 @@ class Simulator {
     return true;
   }
 
-  bool execute(int r, const CopyStep& step, std::vector<float>& buffer, float scale, const std::atomic<bool>& failed) {
+  // The event a staging mark or wait is on: staged (0 ..) or free (kStagingChunks ..), per chunk.
+  static int event(const CopyStep& step) {
+    const bool staged = step.kind == Kind::kMarkStaged || step.kind == Kind::kWaitStaged;
+    return (staged ? 0 : kStagingChunks) + step.staging;
+  }
+  std::atomic<int64_t>& marks(int r, const CopyStep& step) { return *marks_[2 * kStagingChunks * r + event(step)]; }
+
+  // `bind`: for an event wait, the mark it waits for (0: none issued before it in this plan).
+  bool execute(int r, const CopyStep& step, int64_t bind, std::vector<float>& buffer, float scale,
+               const std::atomic<bool>& failed) {
     switch (step.kind) {
       case Kind::kWaitFree: return wait_and(free_flag(r, step.peer, step.slot), step.mask, failed);
       case Kind::kCopyToRing:
@@ -110,7 +146,7 @@ class Simulator {
       case Kind::kSignalFull: full(r, step.peer, step.slot).store(step.value, std::memory_order_release); return true;
       case Kind::kWaitFull: return wait_and(full(step.peer, r, step.slot), step.mask, failed);
       case Kind::kCopyFromRing: {
-        float* to = step.to_staging ? staging_[r].data() : buffer.data() + step.offset;
+        float* to = step.to_staging ? staging_[r][step.staging].data() : buffer.data() + step.offset;
         std::memcpy(to, ring(step.peer, r).data() + step.slot * chunk_, step.count * sizeof(float));
         return true;
       }
@@ -120,21 +156,18 @@ class Simulator {
       case Kind::kReduce:
         for (int64_t i = 0; i < step.count; ++i) {
           float& x = buffer[step.offset + i];
-          x = (x + staging_[r][i]) * (step.last ? scale : 1.0f);
+          x = (x + staging_[r][step.staging][i]) * (step.last ? scale : 1.0f);
         }
         return true;
       case Kind::kMarkReduced:
         EXPECT_EQ(reduced_[r]->load(), step.chunk);  // marked in order
         reduced_[r]->store(step.chunk + 1, std::memory_order_release);
         return true;
-      case Kind::kWaitReduced: {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (reduced_[r]->load(std::memory_order_acquire) <= step.chunk) {
-          if (failed || std::chrono::steady_clock::now() > deadline) return false;
-          std::this_thread::yield();
-        }
-        return true;
-      }
+      case Kind::kWaitReduced: return wait_count(*reduced_[r], step.chunk + 1, failed);
+      case Kind::kMarkStaged:
+      case Kind::kMarkStagingFree: marks(r, step).fetch_add(1, std::memory_order_release); return true;
+      case Kind::kWaitStaged:
+      case Kind::kWaitStagingFree: return wait_count(marks(r, step), bind, failed);
     }
     return false;
   }
@@ -143,9 +176,11 @@ class Simulator {
   int64_t chunk_;
   int slots_;
   bool serial_;
+  bool reduce_beside_;
   std::vector<RingCounters> counters_;
-  std::vector<std::vector<float>> staging_;
+  std::vector<std::vector<std::vector<float>>> staging_;  // per rank, per staging chunk
   std::vector<std::unique_ptr<std::atomic<int64_t>>> reduced_;
+  std::vector<std::unique_ptr<std::atomic<int64_t>>> marks_;  // per rank, per staging event (event())
   std::vector<std::vector<float>> rings_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> full_, free_;
 };
@@ -167,23 +202,25 @@ struct Case {
 };
 
 TEST(HostCopyPlan, EveryRankGetsTheExactSumWithoutDeadlock) {
-  for (bool serial : {false, true})
-    for (const Case c : {Case{2, 64, 1}, Case{2, 100, 4}, Case{3, 64, 1}, Case{3, 37, 2}, Case{4, 64, 2},
-                         Case{5, 50, 3}, Case{8, 64, 1}}) {
-      Simulator sim(c.world, c.chunk, c.slots, serial);
-      // Sizes: empty, smaller than the world, parts shorter than a chunk, many chunks per part.
-      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{130}, int64_t{1000}, int64_t{4099}}) {
-        auto buffers = pattern(c.world, count);
-        std::string error;
-        ASSERT_TRUE(sim.allreduce(buffers, 1.0f, error))
-            << (serial ? "one queue per rank, " : "") << "world " << c.world << ", chunk " << c.chunk << ", slots "
-            << c.slots << ", count " << count << ": " << error;
-        for (int r = 0; r < c.world; ++r)
-          for (int64_t i = 0; i < count; ++i)
-            ASSERT_EQ(buffers[r][i], expected_sum(c.world, i))
-                << "world " << c.world << ", count " << count << ", rank " << r << ", element " << i;
+  for (bool beside : {true, false})
+    for (bool serial : {false, true})
+      for (const Case c : {Case{2, 64, 1}, Case{2, 100, 4}, Case{3, 64, 1}, Case{3, 37, 2}, Case{4, 64, 2},
+                           Case{5, 50, 3}, Case{8, 64, 1}}) {
+        SCOPED_TRACE(beside ? "reductions beside the copies" : "reductions on the receiving stream");
+        Simulator sim(c.world, c.chunk, c.slots, serial, beside);
+        // Sizes: empty, smaller than the world, parts shorter than a chunk, many chunks per part.
+        for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{130}, int64_t{1000}, int64_t{4099}}) {
+          auto buffers = pattern(c.world, count);
+          std::string error;
+          ASSERT_TRUE(sim.allreduce(buffers, 1.0f, error))
+              << (serial ? "one queue per rank, " : "") << "world " << c.world << ", chunk " << c.chunk << ", slots "
+              << c.slots << ", count " << count << ": " << error;
+          for (int r = 0; r < c.world; ++r)
+            for (int64_t i = 0; i < count; ++i)
+              ASSERT_EQ(buffers[r][i], expected_sum(c.world, i))
+                  << "world " << c.world << ", count " << count << ", rank " << r << ", element " << i;
+        }
       }
-    }
 }
 
 TEST(HostCopyPlan, AveragesWithTheScaleAppliedOnce) {
@@ -226,6 +263,40 @@ TEST(HostCopyPlan, PaddedPlansReplayAnyNumberOfTimes) {
       ASSERT_TRUE(sim.allreduce(between, 1.0f, error)) << error;
       ASSERT_TRUE(sim.run(sim.pad(), none, 1.0f, error)) << error;
     }
+  }
+}
+
+// Note [Reductions beside the copies]: the additions go on their own stream, the receives into
+// staging alternate between the chunks, each addition waits for its chunk's mark, and a receive
+// overwrites a staging chunk only after the addition two receives back marked it free. Inline,
+// nothing goes on a third stream and staging chunk 0 serves every receive.
+TEST(HostCopyPlan, ReductionsBesideTheCopiesAlternateStagingChunks) {
+  for (bool beside : {true, false}) {
+    RingCounters counters(3);
+    const CopyPlan plan = plan_allreduce(3, 1, 3000, 128, 2, counters, beside);
+    int staged = 0, reduces = 0;
+    std::vector<int> marked(kStagingChunks, 0), freed(kStagingChunks, 0);
+    for (const CopyStep& s : plan.steps) {
+      if (s.kind == Kind::kCopyFromRing && s.to_staging) {
+        EXPECT_EQ(s.staging, beside ? staged % kStagingChunks : 0) << staged;
+        ++staged;
+      }
+      if (s.kind == Kind::kReduce) {
+        EXPECT_EQ(s.stream, beside ? CopyStep::Stream::kReduce : CopyStep::Stream::kRecv);
+        ++reduces;
+      }
+      if (s.kind == Kind::kMarkReduced)
+        EXPECT_EQ(s.stream, beside ? CopyStep::Stream::kReduce : CopyStep::Stream::kRecv);
+      if (!beside) EXPECT_NE(s.stream, CopyStep::Stream::kReduce);
+      if (s.kind == Kind::kMarkStaged) ++marked[s.staging];
+      if (s.kind == Kind::kMarkStagingFree) ++freed[s.staging];
+      // Waits for the mark of this staging chunk's current use, or (free) of its last one.
+      if (s.kind == Kind::kWaitStaged) EXPECT_EQ(marked[s.staging], freed[s.staging] + 1);
+      if (s.kind == Kind::kWaitStagingFree) EXPECT_EQ(marked[s.staging], freed[s.staging]);
+    }
+    EXPECT_EQ(staged, reduces);
+    EXPECT_GT(staged, 2 * kStagingChunks);  // every chunk reused
+    if (!beside) EXPECT_EQ(marked, std::vector<int>(kStagingChunks, 0));
   }
 }
 

@@ -351,6 +351,7 @@ struct BenchFlags {
   double timeout = 300;
   bool host_copy = false;
   bool host_copy_serial = false;
+  bool host_copy_reduce_inline = false;
   bool json = false;
   std::string out;
 };
@@ -387,6 +388,9 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
   app.add_flag("--host-copy-serial", f->host_copy_serial,
                "with --host-copy: each all-reduce starts after the last one ended, as train --host-copy-overlap=false "
                "(with --pieces, what the overlap of back-to-back all-reduces gains)");
+  app.add_flag("--host-copy-reduce-inline", f->host_copy_reduce_inline,
+               "with --host-copy: the additions on the receiving stream, each copy waiting for the last one's "
+               "(not beside the copies)");
   app.add_option("--timeout", f->timeout, "seconds a collective may take before the run stops with an error")
       ->capture_default_str()
       ->multi_option_policy(last);
@@ -426,6 +430,7 @@ BenchPlan make_plan(const BenchFlags& f) {
   check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!f.host_copy_serial || f.host_copy, "--host-copy-serial needs --host-copy");
+  VITDDP_CHECK(!f.host_copy_reduce_inline || f.host_copy, "--host-copy-reduce-inline needs --host-copy");
   check_timeout_flag(f.timeout);
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
                "--sizes excludes --min-bytes and --max-bytes");
@@ -585,6 +590,7 @@ int run_bench_allreduce(int argc, char** argv) {
     device = Device::cuda(index);
     options.host_copy_allreduce = flags.host_copy;
     options.host_copy_overlap = !flags.host_copy_serial;
+    options.host_copy_reduce_beside = !flags.host_copy_reduce_inline;
     group = make_nccl_process_group(options);
   } else {
     VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");

@@ -326,6 +326,7 @@ TEST(AllreduceBenchCli, BadFlagsAreOneLineAndExitTwo) {
       {"--procs 5000", "--procs must be in [0, 1024], got 5000"},
       {"--pieces 0", "--pieces must be in [1, 4096], got 0"},
       {"--procs 2 --host-copy-serial", "--host-copy-serial needs --host-copy"},
+      {"--procs 2 --host-copy-reduce-inline", "--host-copy-reduce-inline needs --host-copy"},
       {"--sizes 8 --pieces 3", "--pieces 3: a size of 2 elements cannot be cut into 3 slices"},
       {"--gpus 2 --procs 2", "--gpus and --procs exclude each other"},
       {"--gpus 2", "--gpus"},
