@@ -4,8 +4,9 @@
 // buffers, the flags atomics, an event wait binds to the mark issued last before it, and every
 // wait has a deadline, so a plan that deadlocks fails instead of hanging. The GPU runs the same steps
 // (distributed/nccl/host_copy_transport.cpp); here they must give every rank the exact sum (small
-// integers) for several worlds, sizes, chunk and ring sizes, across consecutive all-reduces, and
-// when padded plans are replayed with fixed flag values, as a CUDA graph replays them.
+// integers) for several worlds, sizes, chunk and ring sizes, across consecutive all-reduces (also
+// back to back, without a join between them), and when padded plans are replayed with fixed flag
+// values, as a CUDA graph replays them.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -33,7 +34,8 @@ class Simulator {
     for (int r = 0; r < world; ++r) {
       counters_.emplace_back(world);
       staging_.emplace_back(kStagingChunks, std::vector<float>(chunk));
-      reduced_.push_back(std::make_unique<std::atomic<int64_t>>(0));
+      reduced_.emplace_back();
+      reduces_done_.push_back(std::make_unique<std::atomic<int64_t>>(0));
       for (int e = 0; e < 2 * kStagingChunks; ++e) marks_.push_back(std::make_unique<std::atomic<int64_t>>(0));
     }
     for (int i = 0; i < world * world; ++i) rings_.emplace_back(static_cast<size_t>(slots * chunk));
@@ -61,33 +63,60 @@ class Simulator {
   // Runs one plan per rank on `buffers` (one per rank); false (with `error`) on a deadlock.
   bool run(const std::vector<CopyPlan>& plans, std::vector<std::vector<float>>& buffers, float scale,
            std::string& error) {
-    for (int r = 0; r < world_; ++r) reduced_[r]->store(0);
+    std::vector<std::vector<std::vector<float>>*> all = {&buffers};
+    return run_back_to_back({plans}, all, scale, error);
+  }
+
+  // Runs collectives back to back as the transport issues them without a join between them (Note
+  // [Back-to-back host copies]): each of a rank's streams runs its steps of collective q + 1 right
+  // after its steps of q, the receiving stream once the reducing stream has finished q (the
+  // transport's catch-up event). `plans[q]`: one plan per rank; `buffers[q]`: one buffer per rank.
+  bool run_back_to_back(const std::vector<std::vector<CopyPlan>>& plans,
+                        std::vector<std::vector<std::vector<float>>*>& buffers, float scale, std::string& error) {
+    const size_t collectives = plans.size();
+    for (int r = 0; r < world_; ++r) {
+      reduced_[r].clear();
+      for (size_t q = 0; q < collectives; ++q) reduced_[r].push_back(std::make_unique<std::atomic<int64_t>>(0));
+      reduces_done_[r]->store(0);
+    }
     for (auto& m : marks_) m->store(0);
-    // Each event wait's mark: how many marks of its event the plan issued before it.
-    std::vector<std::vector<int64_t>> binds(world_);
+    // Each event wait's mark: how many marks of its event were issued before it, in all.
+    std::vector<std::vector<std::vector<int64_t>>> binds(collectives, std::vector<std::vector<int64_t>>(world_));
     for (int r = 0; r < world_; ++r) {
       std::vector<int64_t> issued(2 * kStagingChunks, 0);
-      for (const CopyStep& step : plans[r].steps) {
-        binds[r].push_back(0);
-        if (step.kind == Kind::kMarkStaged || step.kind == Kind::kMarkStagingFree) ++issued[event(step)];
-        if (step.kind == Kind::kWaitStaged || step.kind == Kind::kWaitStagingFree) binds[r].back() = issued[event(step)];
-      }
+      for (size_t q = 0; q < collectives; ++q)
+        for (const CopyStep& step : plans[q][r].steps) {
+          binds[q][r].push_back(0);
+          if (step.kind == Kind::kMarkStaged || step.kind == Kind::kMarkStagingFree) ++issued[event(step)];
+          if (step.kind == Kind::kWaitStaged || step.kind == Kind::kWaitStagingFree)
+            binds[q][r].back() = issued[event(step)];
+        }
     }
     std::atomic<bool> failed{false};
     constexpr int kStreams = 3;
+    const int receiving = static_cast<int>(CopyStep::Stream::kRecv);
+    const int reducing = static_cast<int>(CopyStep::Stream::kReduce);
     std::vector<std::string> errors(kStreams * world_);
     std::vector<std::thread> threads;
     for (int r = 0; r < world_; ++r)
       for (int s = 0; s < (serial_ ? 1 : kStreams); ++s)
         threads.emplace_back([&, r, s] {
-          for (size_t k = 0; k < plans[r].steps.size(); ++k) {
-            const CopyStep& step = plans[r].steps[k];
-            if (!serial_ && static_cast<int>(step.stream) != s) continue;
-            if (!execute(r, step, binds[r][k], buffers[r], scale, failed)) {
+          for (size_t q = 0; q < collectives; ++q) {
+            if (!serial_ && s == receiving && !wait_count(*reduces_done_[r], static_cast<int64_t>(q), failed)) {
               errors[kStreams * r + s] = "rank " + std::to_string(r) + " stuck; ";
               failed = true;
               return;
             }
+            for (size_t k = 0; k < plans[q][r].steps.size(); ++k) {
+              const CopyStep& step = plans[q][r].steps[k];
+              if (!serial_ && static_cast<int>(step.stream) != s) continue;
+              if (!execute(r, q, step, binds[q][r][k], (*buffers[q])[r], scale, failed)) {
+                errors[kStreams * r + s] = "rank " + std::to_string(r) + " stuck; ";
+                failed = true;
+                return;
+              }
+            }
+            if (serial_ || s == reducing) reduces_done_[r]->store(static_cast<int64_t>(q) + 1);
           }
         });
     for (auto& t : threads) t.join();
@@ -133,8 +162,9 @@ class Simulator {
   }
   std::atomic<int64_t>& marks(int r, const CopyStep& step) { return *marks_[2 * kStagingChunks * r + event(step)]; }
 
-  // `bind`: for an event wait, the mark it waits for (0: none issued before it in this plan).
-  bool execute(int r, const CopyStep& step, int64_t bind, std::vector<float>& buffer, float scale,
+  // `q`: which of the collectives run together; `bind`: for an event wait, the mark it waits for
+  // (0: none issued before it).
+  bool execute(int r, size_t q, const CopyStep& step, int64_t bind, std::vector<float>& buffer, float scale,
                const std::atomic<bool>& failed) {
     switch (step.kind) {
       case Kind::kWaitFree: return wait_and(free_flag(r, step.peer, step.slot), step.mask, failed);
@@ -160,10 +190,10 @@ class Simulator {
         }
         return true;
       case Kind::kMarkReduced:
-        EXPECT_EQ(reduced_[r]->load(), step.chunk);  // marked in order
-        reduced_[r]->store(step.chunk + 1, std::memory_order_release);
+        EXPECT_EQ(reduced_[r][q]->load(), step.chunk);  // marked in order
+        reduced_[r][q]->store(step.chunk + 1, std::memory_order_release);
         return true;
-      case Kind::kWaitReduced: return wait_count(*reduced_[r], step.chunk + 1, failed);
+      case Kind::kWaitReduced: return wait_count(*reduced_[r][q], step.chunk + 1, failed);
       case Kind::kMarkStaged:
       case Kind::kMarkStagingFree: marks(r, step).fetch_add(1, std::memory_order_release); return true;
       case Kind::kWaitStaged:
@@ -179,7 +209,8 @@ class Simulator {
   bool reduce_beside_;
   std::vector<RingCounters> counters_;
   std::vector<std::vector<std::vector<float>>> staging_;  // per rank, per staging chunk
-  std::vector<std::unique_ptr<std::atomic<int64_t>>> reduced_;
+  std::vector<std::vector<std::unique_ptr<std::atomic<int64_t>>>> reduced_;  // per rank, per collective: chunks marked
+  std::vector<std::unique_ptr<std::atomic<int64_t>>> reduces_done_;  // per rank: collectives its reducing stream ended
   std::vector<std::unique_ptr<std::atomic<int64_t>>> marks_;  // per rank, per staging event (event())
   std::vector<std::vector<float>> rings_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> full_, free_;
@@ -220,6 +251,34 @@ TEST(HostCopyPlan, EveryRankGetsTheExactSumWithoutDeadlock) {
               ASSERT_EQ(buffers[r][i], expected_sum(c.world, i))
                   << "world " << c.world << ", count " << count << ", rank " << r << ", element " << i;
         }
+      }
+}
+
+// Note [Back-to-back host copies]: collectives on apart buffers, each stream running the next one's
+// steps right after its own of the last (the receiving stream after the reducing stream's), give
+// every rank the exact sums without deadlock, on separate threads and on one queue.
+TEST(HostCopyPlan, BackToBackCollectivesNeedNoJoinBetweenThem) {
+  for (bool beside : {true, false})
+    for (bool serial : {false, true})
+      for (const Case c : {Case{2, 64, 2}, Case{2, 100, 4}, Case{3, 37, 2}, Case{4, 64, 1}}) {
+        SCOPED_TRACE(::testing::Message() << (beside ? "beside, " : "inline, ") << (serial ? "one queue, " : "")
+                                          << "world " << c.world << ", chunk " << c.chunk << ", slots " << c.slots);
+        Simulator sim(c.world, c.chunk, c.slots, serial, beside);
+        const std::vector<int64_t> counts = {1000, 3, 4099, 0, 700, 130};
+        std::vector<std::vector<CopyPlan>> plans;
+        std::vector<std::vector<std::vector<float>>> data;
+        for (int64_t count : counts) {
+          plans.push_back(sim.plan(count));
+          data.push_back(pattern(c.world, count));
+        }
+        std::vector<std::vector<std::vector<float>>*> buffers;
+        for (auto& d : data) buffers.push_back(&d);
+        std::string error;
+        ASSERT_TRUE(sim.run_back_to_back(plans, buffers, 1.0f, error)) << error;
+        for (size_t q = 0; q < counts.size(); ++q)
+          for (int r = 0; r < c.world; ++r)
+            for (int64_t i = 0; i < counts[q]; ++i)
+              ASSERT_EQ(data[q][r][i], expected_sum(c.world, i)) << "collective " << q << ", rank " << r << ", " << i;
       }
 }
 
