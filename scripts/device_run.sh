@@ -17,9 +17,14 @@ targets=(); [ "${SKIP_CPU_TESTS:-0}" = 1 ] && targets=(--target train vitddp_gpu
 cmake --build build-gpu -j "$(nproc)" "${targets[@]}" > "$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "build ok (commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
-(cd build-gpu && ctest -L gpu -V ${GPU_TEST_FILTER:+-R "$GPU_TEST_FILTER"} > "$OUT/gpu_tests.log" 2>&1); echo "gpu tests exit $?"
+(cd build-gpu && ctest -L gpu -V ${GPU_TEST_FILTER:+-R "$GPU_TEST_FILTER"} > "$OUT/gpu_tests.log" 2>&1)
+gpu_tests_exit=$?; echo "gpu tests exit $gpu_tests_exit"
 grep -E "loss torchvision|gradients compared" "$OUT/gpu_tests.log"
 grep -E "tests passed|\(Failed\)|FAILED" "$OUT/gpu_tests.log" | tail -15
+# STOP_ON_GPU_TEST_FAILURE=1: nothing more when a GPU test failed (or timed out: ctest stops each after 180 s).
+if [ "${STOP_ON_GPU_TEST_FAILURE:-0}" = 1 ] && [ "$gpu_tests_exit" != 0 ]; then
+  grep -E "Failure|Expected|Which is|Timeout" "$OUT/gpu_tests.log" | head -20; exit 1
+fi
 if [ "${SKIP_CPU_TESTS:-0}" != 1 ]; then
   (cd build-gpu && ctest -L cpu -j 8 --output-on-failure > "$OUT/cpu_tests.log" 2>&1); echo "cpu tests exit $?"
   grep -E "tests passed|\(Failed\)" "$OUT/cpu_tests.log" | tail -10
