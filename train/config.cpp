@@ -405,17 +405,19 @@ std::vector<double> TrainConfig::early_bucket_mbs() const {
   while (std::getline(list, item, ',')) {
     size_t used = 0;
     double mb = 0;
+    // Decimal numbers only (std::stod alone would take spaces and hexadecimal).
+    const bool decimal = !item.empty() && item.find_first_not_of("0123456789.eE+-") == std::string::npos;
     try {
-      mb = std::stod(item, &used);
+      if (decimal) mb = std::stod(item, &used);
     } catch (const std::exception&) {
       used = 0;
     }
-    VITDDP_CHECK(used > 0 && used == item.size() && mb > 0 && mb <= 1e6, "--early-bucket-mb must be sizes in MB in "
-                 "(0, 1e6], comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
+    VITDDP_CHECK(decimal && used == item.size() && mb >= 1e-6 && mb <= 1e6, "--early-bucket-mb must be sizes in MB in "
+                 "[1e-06, 1e6], comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
     sizes.push_back(mb);
   }
-  VITDDP_CHECK(!sizes.empty() && early_bucket_mb.back() != ',', "--early-bucket-mb must be sizes in MB in (0, 1e6], "
-               "comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
+  VITDDP_CHECK(!sizes.empty() && early_bucket_mb.back() != ',', "--early-bucket-mb must be sizes in MB in [1e-06, "
+               "1e6], comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
   return sizes;
 }
 

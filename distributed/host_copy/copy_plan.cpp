@@ -111,7 +111,8 @@ Range owner_part(int world, int owner, int64_t count, int64_t align) {
 // before (kMarkReduced, now on the reducing stream). Every wait is for a mark issued earlier, so
 // the plan runs in issue order on one queue too. Across all-reduces the staging chunks are
 // reused: before a plan the runner makes the receiving stream wait for the reducing stream's
-// earlier work (which by then has long finished: the last all-reduce's gather came after it).
+// earlier work (usually finished by then: the last all-reduce's gather receives came after its
+// additions were issued, though they do not wait for them).
 CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters,
                         bool reduce_beside) {
   check_counters(world, rank, slots, counters);
@@ -175,6 +176,11 @@ CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elemen
     }
   }
   return plan;
+}
+
+bool may_overlap(const LastCollective& last, uintptr_t begin, uintptr_t end) {
+  const bool apart = end <= last.begin || last.end <= begin;
+  return last.reduced && apart;
 }
 
 bool rings_aligned(int slots, const RingCounters& counters) {

@@ -102,6 +102,18 @@ Range owner_part(int world, int owner, int64_t count, int64_t align);
 CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters,
                         bool reduce_beside = true);
 
+// Note [Back-to-back host copies] (host_copy_transport.cpp): whether an all-reduce of the bytes
+// [begin, end) may start after its inputs alone, overlapping the last collective, which covered
+// [last.begin, last.end): only when the two are apart and this rank reduced chunks of the last one
+// (its sends waited for them, so everything older has finished). `last` of flag-only padding, or
+// before any collective: reduced false.
+struct LastCollective {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  bool reduced = false;
+};
+bool may_overlap(const LastCollective& last, uintptr_t begin, uintptr_t end);
+
 // Flag-only uses (no data) that bring every ring's use count to a multiple of 2 * slots, where
 // every slot's flags are back at the parities they had at the group's start. A CUDA graph
 // captured from that state and ending in it can be replayed any number of times; eager

@@ -21,9 +21,10 @@ namespace vitddp {
 // beside them). NCCL's own copy-engine mode (NCCL_SHM_USE_CUDA_MEMCPY) drives the copies from a
 // host proxy thread, and stalled every training run we tried, PyTorch's too, with NCCL 2.28.
 // Here the whole collective is a fixed list of stream operations (distributed/host_copy/
-// copy_plan.h), on two streams of this rank:
+// copy_plan.h), on three streams of this rank:
 //   send: wait for the slot's `free` flag -> copy engine: device chunk -> slot -> set `full`
-//   recv: wait for the slot's `full` flag -> copy engine: slot -> device -> set `free` -> [add it in]
+//   recv: wait for the slot's `full` flag -> copy engine: slot -> device -> set `free`
+//   reduce: [add a received chunk of this rank's part in] (Note [Reductions beside the copies])
 // The waits and writes are stream memory operations (cuStreamWaitValue32 with
 // CU_STREAM_WAIT_VALUE_AND / cuStreamWriteValue32) on flags in the same mapped shared memory: the
 // GPU's front end polls them, no SM and no host thread takes part, and the only kernels are the
@@ -51,24 +52,30 @@ namespace vitddp {
 // Note [Back-to-back host copies]
 // An all-reduce's copies cannot keep both directions of the link busy at its ends: its first
 // receive waits for the peer's first chunk to reach host memory, and its last chunk is received
-// after the send stream has nothing left. Forked from the caller's stream, which waits for the
-// previous all-reduce's end, every collective paid both: about 0.12 ms each (the bf16 probe's 25
-// and 100 MiB rates, docs/performance.md), 1.5 ms of an 18.7 ms step in DDP's 13 buckets with P2P
-// off. The copy streams need no such fork: each runs its steps of every collective in issue
-// order, the flags pace them against the peer, and a collective's steps of one stream depend on
-// the other's only within it (kWaitReduced). Given the event after which the buffer is ready
+// after the send stream has nothing left. Forked from the comm stream (the `stream` argument),
+// which waits for the previous all-reduce's end, every collective paid both: about 0.11 ms each
+// by a fit to the bf16 probe's 25 and 100 MiB rates (docs/performance.md), up to 1.5 ms of an
+// 18.7 ms step in DDP's 13 buckets with P2P off (predicted, not traced). The copy streams need
+// no such fork: each runs its steps of every collective in issue order, the flags pace them
+// against the peer, and a collective's streams wait for each other only through events marked
+// earlier (kWaitReduced, the staging chunks' and the reductions' catch-up). Given the event after which the buffer is ready
 // (ProcessGroupNccl passes the caller's handshake event when no NCCL call went on its stream
 // since the last host copy), the next collective's sends start while the last one's final
 // chunks come in. Its receives still wait for their own turn on the receive stream, and the
 // caller's stream still waits for each collective's end, so its completion event means what it
 // meant. The rounds stay one sequence across collectives (the ring counters go on), so the
-// no-deadlock argument of Note [Host-copy all-reduce] holds across them.
+// no-deadlock argument of Note [Host-copy all-reduce] holds across them for eager issue. A CUDA
+// graph's replay does not follow issue order: the driver places its independent branches on
+// hardware queues itself, and without a join between collectives there are more of them (three
+// chains per collective, no longer joined between collectives); the two-GPU graph tests
+// (HostCopyTrainGpu, HostCopyGpu) are what shows the replays do not hang.
 // What may overlap: the next collective's sends read its buffer while the last one's receives
 // write the last buffer, so the two must be apart (else it forks from the caller's stream, as
 // before: the same tensor all-reduced twice without a wait stays in order). Anything older has
 // finished: the last collective's sends waited for its reductions (kWaitReduced), which come after
-// its receives began, so after all earlier receives on the receive stream; when this rank reduced nothing of it (a buffer too
-// small to have a part here) or it was flag-only padding, the next one forks from the stream too.
+// its receives began, so after all earlier receives on the receive stream; when this rank reduced
+// nothing of it (a buffer too small to have a part here) or it was flag-only padding, the next
+// one forks from the stream too (host_copy::may_overlap).
 namespace {
 
 constexpr size_t kFlagStride = 128;  // a flag per cache line pair: no false sharing
@@ -339,7 +346,7 @@ void HostCopyTransport::align_rings(cudaStream_t stream) {
       host_copy::pad_rings(options_.world_size, options_.rank, options_.slots, counters_);
   if (plan.steps.empty()) return;
   issue(plan, nullptr, DType::kF32, 1.0f, stream, nullptr);
-  last_reduced_ = false;  // flag-only uses: the next collective follows `stream` again
+  last_ = {};  // flag-only uses: the next collective follows `stream` again
 }
 
 void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream,
@@ -350,16 +357,11 @@ void HostCopyTransport::allreduce(void* data, int64_t count, DType dtype, Reduce
       host_copy::plan_allreduce(options_.world_size, options_.rank, count, chunk_elements, options_.slots, counters_,
                                 options_.reduce_beside);
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(options_.world_size) : 1.0f;
-  const char* begin = static_cast<const char*>(data);
-  const char* end = begin + static_cast<size_t>(count) * dtype_size(dtype);
-  // Overlapping the last collective is safe when the two buffers are apart and that one's sends
-  // waited for its reductions, which come after everything before it on the receive stream
-  // (they follow its first receive).
-  const bool apart = end <= last_begin_ || last_end_ <= begin;
-  issue(plan, static_cast<char*>(data), dtype, scale, stream, apart && last_reduced_ ? inputs_ready : nullptr);
-  last_begin_ = begin;
-  last_end_ = end;
-  last_reduced_ = plan.reduced_chunks > 0;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = begin + static_cast<uintptr_t>(count) * dtype_size(dtype);
+  issue(plan, static_cast<char*>(data), dtype, scale, stream,
+        host_copy::may_overlap(last_, begin, end) ? inputs_ready : nullptr);
+  last_ = {begin, end, plan.reduced_chunks > 0};
 }
 
 }  // namespace vitddp

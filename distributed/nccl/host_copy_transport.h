@@ -104,9 +104,7 @@ class HostCopyTransport {
   std::vector<cuda::Event> staged_, staging_free_;  // per staging chunk (Note [Reductions beside the copies])
   // The last collective's buffer, and whether this rank reduced chunks of it: the next may start
   // before its end only if it touches other memory (Note [Back-to-back host copies]).
-  const char* last_begin_ = nullptr;
-  const char* last_end_ = nullptr;
-  bool last_reduced_ = false;
+  host_copy::LastCollective last_;
   std::vector<void*> staging_;  // host_copy::kStagingChunks chunks on the device
 };
 

@@ -149,8 +149,9 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Shared> shared_;
   cuda::Stream comm_stream_;
   cuda::Event ready_;  // recorded on the caller's stream before each collective
-  // Whether an NCCL call went on the comm stream since the last host-copy collective: the next
-  // one must then follow the comm stream, not only its inputs (Note [Back-to-back host copies]).
+  // Whether an NCCL call (or the rings' alignment, conservatively) went on the comm stream since
+  // the last host-copy all-reduce: the next one must then follow the comm stream, not only its
+  // inputs (Note [Back-to-back host copies]).
   bool nccl_since_host_copy_ = true;
   bool host_copy_overlap_ = true;  // ProcessGroupOptions::host_copy_overlap
   uint64_t next_seq_ = 0;

@@ -122,6 +122,17 @@ TEST(HostCopyGpu, BackToBackCollectivesOverlapOnlyWhereSafe) {
     pg.allreduce(twice, ReduceOp::kSum)->wait();
     first->wait();
     EXPECT_EQ(first_wrong(twice, 2.0), -1) << "the same tensor twice without a wait";
+    // A tensor between them too small for rank 1 to own a part of (it reduces nothing there, so
+    // its next all-reduce must not overlap: host_copy::may_overlap).
+    Tensor again = pattern(rank, 3 * 1024 * 1024 + 5, DType::kF32, pg.device());
+    Tensor tiny = pattern(rank, 40, DType::kF32, pg.device());
+    auto a1 = pg.allreduce(again, ReduceOp::kSum);
+    auto a2 = pg.allreduce(tiny, ReduceOp::kSum);
+    pg.allreduce(again, ReduceOp::kSum)->wait();
+    a1->wait();
+    a2->wait();
+    EXPECT_EQ(first_wrong(again, 2.0), -1) << "the same tensor with a tiny one between";
+    EXPECT_EQ(first_wrong(tiny, 1.0), -1);
     Tensor mixed = pattern(rank, 2 * 1024 * 1024, DType::kF32, pg.device());
     Tensor before = pattern(rank, 2 * 1024 * 1024, DType::kF32, pg.device());
     auto a = pg.allreduce(before, ReduceOp::kSum);

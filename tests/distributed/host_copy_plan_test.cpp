@@ -37,6 +37,7 @@ class Simulator {
       reduced_.emplace_back();
       reduces_done_.push_back(std::make_unique<std::atomic<int64_t>>(0));
       for (int e = 0; e < 2 * kStagingChunks; ++e) marks_.push_back(std::make_unique<std::atomic<int64_t>>(0));
+      for (int b = 0; b < kStagingChunks; ++b) staging_states_.push_back(std::make_unique<std::atomic<int>>(0));
     }
     for (int i = 0; i < world * world; ++i) rings_.emplace_back(static_cast<size_t>(slots * chunk));
     for (int i = 0; i < world * world * slots; ++i) {
@@ -161,6 +162,8 @@ class Simulator {
     return (staged ? 0 : kStagingChunks) + step.staging;
   }
   std::atomic<int64_t>& marks(int r, const CopyStep& step) { return *marks_[2 * kStagingChunks * r + event(step)]; }
+  // 0: free to be written, 1: holds a chunk not yet added in (with the reductions beside the copies).
+  std::atomic<int>& staging_state(int r, int staging) { return *staging_states_[kStagingChunks * r + staging]; }
 
   // `q`: which of the collectives run together; `bind`: for an event wait, the mark it waits for
   // (0: none issued before it).
@@ -176,6 +179,11 @@ class Simulator {
       case Kind::kSignalFull: full(r, step.peer, step.slot).store(step.value, std::memory_order_release); return true;
       case Kind::kWaitFull: return wait_and(full(step.peer, r, step.slot), step.mask, failed);
       case Kind::kCopyFromRing: {
+        // Beside the copies a staging chunk is written only once its last addition is done.
+        if (step.to_staging && reduce_beside_ && staging_state(r, step.staging).exchange(1) != 0) {
+          ADD_FAILURE() << "rank " << r << " overwrote staging chunk " << step.staging << " before it was added in";
+          return false;
+        }
         float* to = step.to_staging ? staging_[r][step.staging].data() : buffer.data() + step.offset;
         std::memcpy(to, ring(step.peer, r).data() + step.slot * chunk_, step.count * sizeof(float));
         return true;
@@ -184,6 +192,10 @@ class Simulator {
         free_flag(step.peer, r, step.slot).store(step.value, std::memory_order_release);
         return true;
       case Kind::kReduce:
+        if (reduce_beside_ && staging_state(r, step.staging).load() != 1) {
+          ADD_FAILURE() << "rank " << r << " added staging chunk " << step.staging << " before it was filled";
+          return false;
+        }
         for (int64_t i = 0; i < step.count; ++i) {
           float& x = buffer[step.offset + i];
           x = (x + staging_[r][step.staging][i]) * (step.last ? scale : 1.0f);
@@ -194,8 +206,11 @@ class Simulator {
         reduced_[r][q]->store(step.chunk + 1, std::memory_order_release);
         return true;
       case Kind::kWaitReduced: return wait_count(*reduced_[r][q], step.chunk + 1, failed);
-      case Kind::kMarkStaged:
-      case Kind::kMarkStagingFree: marks(r, step).fetch_add(1, std::memory_order_release); return true;
+      case Kind::kMarkStaged: marks(r, step).fetch_add(1, std::memory_order_release); return true;
+      case Kind::kMarkStagingFree:
+        staging_state(r, step.staging).store(0);
+        marks(r, step).fetch_add(1, std::memory_order_release);
+        return true;
       case Kind::kWaitStaged:
       case Kind::kWaitStagingFree: return wait_count(marks(r, step), bind, failed);
     }
@@ -212,6 +227,7 @@ class Simulator {
   std::vector<std::vector<std::unique_ptr<std::atomic<int64_t>>>> reduced_;  // per rank, per collective: chunks marked
   std::vector<std::unique_ptr<std::atomic<int64_t>>> reduces_done_;  // per rank: collectives its reducing stream ended
   std::vector<std::unique_ptr<std::atomic<int64_t>>> marks_;  // per rank, per staging event (event())
+  std::vector<std::unique_ptr<std::atomic<int>>> staging_states_;  // per rank, per staging chunk
   std::vector<std::vector<float>> rings_;
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> full_, free_;
 };
@@ -355,8 +371,29 @@ TEST(HostCopyPlan, ReductionsBesideTheCopiesAlternateStagingChunks) {
     }
     EXPECT_EQ(staged, reduces);
     EXPECT_GT(staged, 2 * kStagingChunks);  // every chunk reused
+    int waits_for_free = 0;
+    for (const CopyStep& s : plan.steps) waits_for_free += s.kind == Kind::kWaitStagingFree;
+    EXPECT_EQ(waits_for_free, beside ? staged - kStagingChunks : 0);  // every reuse waits
     if (!beside) EXPECT_EQ(marked, std::vector<int>(kStagingChunks, 0));
   }
+}
+
+// Note [Back-to-back host copies]: the next all-reduce may overlap the last only on other bytes,
+// and only after one this rank reduced chunks of (not after padding, an empty part or nothing).
+TEST(HostCopyPlan, AnAllReduceOverlapsTheLastOnlyWhereSafe) {
+  const LastCollective last{1000, 2000, true};
+  EXPECT_TRUE(may_overlap(last, 2000, 3000));  // right after it
+  EXPECT_TRUE(may_overlap(last, 0, 1000));     // right before it
+  EXPECT_FALSE(may_overlap(last, 1999, 3000));
+  EXPECT_FALSE(may_overlap(last, 500, 1001));
+  EXPECT_FALSE(may_overlap(last, 1000, 2000));  // the same tensor again
+  EXPECT_FALSE(may_overlap(last, 1200, 1300));  // inside it
+  EXPECT_FALSE(may_overlap(LastCollective{1000, 2000, false}, 5000, 6000));  // it reduced nothing here
+  EXPECT_FALSE(may_overlap(LastCollective{}, 5000, 6000));                   // none yet, or padding
+  // A rank whose part of a tiny all-reduce is empty reduces nothing: the next one must not overlap.
+  RingCounters counters(2);
+  EXPECT_EQ(plan_allreduce(2, 1, 64, 1024, 4, counters).reduced_chunks, 0);
+  EXPECT_EQ(plan_allreduce(2, 0, 64, 1024, 4, counters).reduced_chunks, 1);
 }
 
 TEST(HostCopyPlan, PartsAreAlignedAndCoverTheBuffer) {

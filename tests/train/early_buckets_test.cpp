@@ -1,8 +1,7 @@
 // `train --early-bucket-mb` (Note [Early buckets]) over 2 Gloo ranks: other caps for the buckets
 // after the first change which bytes travel together, not the sums, so the weights are the plain
 // run's bit for bit, with held buckets and updates in the next forward too; the start line gives
-// the sizes made; a checkpoint's buckets win over the flag on resume, which says so; bad lists
-// are refused in one line.
+// the sizes made; resuming with another setting is named; bad lists are refused in one line.
 #include <gtest/gtest.h>
 
 #include "common/multiprocess.h"
@@ -63,12 +62,13 @@ TEST(EarlyBuckets, ResumingWithAnotherSettingIsNamed) {
 
 TEST(EarlyBuckets, BadValuesAreRefused) {
   for (const std::string& value : {std::string("0"), std::string("-1"), std::string("x"), std::string("1,,2"),
-                                   std::string("1,"), std::string("2e6"), std::string("1MB")}) {
+                                   std::string("1,"), std::string("2e6"), std::string("1MB"), std::string("0x10"),
+                                   std::string("1e-9"), std::string("' 5'")}) {
     SCOPED_TRACE(value);
     testing::expect_refused_in_one_line(kTwoTinyGlooRanks + " --steps 1 --early-bucket-mb " + value,
-                                        "--early-bucket-mb must be sizes in MB in (0, 1e6], comma-separated "
+                                        "--early-bucket-mb must be sizes in MB in [1e-06, 1e6], comma-separated "
                                         "(\"10,25\"), got '" +
-                                            value + "'");
+                                            (value == "' 5'" ? std::string(" 5") : value) + "'");
   }
   testing::expect_refused_in_one_line("--model vit_tiny --device cpu --batch-size 4 --steps 1 --early-bucket-mb 1",
                                       "--early-bucket-mb sizes DDP's gradient buckets: it needs data parallelism");

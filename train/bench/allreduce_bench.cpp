@@ -280,6 +280,10 @@ std::string markdown_preamble(const AllreduceRun& run) {
                                    run.device == "cpu" ? "wall clock" : "CUDA events", "), the slowest rank's\n");
   if (run.pieces > 1)
     out += detail::concat("each size as ", run.pieces, " all-reduces of consecutive slices, back to back (--pieces)\n");
+  if (run.backend == "nccl+host-copy")
+    out += detail::concat("host copy: all-reduces ", run.host_copy_serial ? "in series" : "overlapping",
+                          ", additions ", run.host_copy_reduce_inline ? "on the receiving stream" : "beside the copies",
+                          "\n");
   out += "algbw = bytes / time, busbw = algbw * 2(n-1)/n (GB/s = 1e9 B/s); check: every rank's result against "
          "the exact sum of the ranks' fills (divided by the ranks for avg)\n\n";
   out += table_line("size", "bytes", "elements", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check");
@@ -309,6 +313,10 @@ nlohmann::json row_json(const AllreduceRun& run, const AllreduceRow& row) {
   j["dtype"] = dtype_name(run.dtype);
   j["op"] = run.average ? "avg" : "sum";
   j["pieces"] = run.pieces;
+  if (run.backend == "nccl+host-copy") {
+    j["host_copy_overlap"] = !run.host_copy_serial;
+    j["host_copy_additions"] = run.host_copy_reduce_inline ? "inline" : "beside";
+  }
   j["bytes"] = row.bytes;
   j["elements"] = row.elements;
   if (!row.label.empty()) j["label"] = row.label;
@@ -606,6 +614,8 @@ int run_bench_allreduce(int argc, char** argv) {
   run.iters = flags.iters;
   run.warmup_iters = flags.warmup_iters;
   run.pieces = flags.pieces;
+  run.host_copy_serial = flags.host_copy_serial;
+  run.host_copy_reduce_inline = flags.host_copy_reduce_inline;
 
   const bool report = group->rank() == 0;
   std::ofstream out_file;

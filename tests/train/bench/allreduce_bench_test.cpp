@@ -206,6 +206,20 @@ TEST(AllreduceBench, TableRowsAndJson) {
   EXPECT_EQ(j["check"], "ok");
   EXPECT_EQ(row_json(run, wrong)["check"], "fail");
   EXPECT_EQ(row_json(run, wrong)["max_abs_error"], 3.0);
+  EXPECT_FALSE(j.contains("host_copy_overlap"));
+
+  // The host copy's variant is in the preamble and in every JSON line.
+  AllreduceRun host{"nccl+host-copy", "cuda", 2, DType::kBF16, 20, 5};
+  host.pieces = 13;
+  host.host_copy_serial = true;
+  const std::string preamble = markdown_preamble(host);
+  EXPECT_NE(preamble.find("each size as 13 all-reduces of consecutive slices"), std::string::npos) << preamble;
+  EXPECT_NE(preamble.find("host copy: all-reduces in series, additions beside the copies"), std::string::npos)
+      << preamble;
+  const nlohmann::json h = row_json(host, ok);
+  EXPECT_EQ(h["pieces"], 13);
+  EXPECT_EQ(h["host_copy_overlap"], false);
+  EXPECT_EQ(h["host_copy_additions"], "beside");
 }
 
 TEST(AllreduceBench, PiecesCoverTheBufferInNearlyEqualAlignedSlices) {
