@@ -52,11 +52,13 @@ struct ProcessGroupOptions {
   // (ProcessGroupNccl::align_host_copy_rings, Note [Replaying host copies]).
   bool host_copy_allreduce = false;
   // With host_copy_allreduce: back-to-back all-reduces on apart buffers overlap their copies
-  // (Note [Back-to-back host copies]); false: each starts after the last one ended.
-  bool host_copy_overlap = true;
+  // (Note [Back-to-back host copies]); false: each starts after the last one ended. Off until
+  // measured on two GPUs.
+  bool host_copy_overlap = false;
   // With host_copy_allreduce: the owner's additions on a stream of their own beside the receiving
-  // copies (Note [Reductions beside the copies]); false: on the receiving stream.
-  bool host_copy_reduce_beside = true;
+  // copies (Note [Reductions beside the copies]); false: on the receiving stream. Off until
+  // measured on two GPUs.
+  bool host_copy_reduce_beside = false;
 };
 
 class ProcessGroup {

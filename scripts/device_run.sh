@@ -116,12 +116,12 @@ if [ "${HOST_COPY_PROBE:-0}" = 1 ]; then
   done
 fi
 # HOST_COPY_PIECES="1 13": P2P off, 100 MiB and one step's 613 MB of bf16 summed by the host copy as that many
-# back-to-back all-reduces (13: DDP's 50 MB buckets), overlapping, in series (Note [Back-to-back host copies]) and
-# with the additions on the receiving stream (Note [Reductions beside the copies]).
+# back-to-back all-reduces (13: DDP's 50 MB buckets): plain, overlapping (Note [Back-to-back host copies]), and
+# overlapping with the additions beside the copies (Note [Reductions beside the copies]).
 for pieces in ${HOST_COPY_PIECES:-}; do
-  for variant in "overlap:" "serial:--host-copy-serial" "inline:--host-copy-reduce-inline"; do
+  for variant in "plain:" "overlap:--host-copy-overlap" "both:--host-copy-overlap,--host-copy-reduce-beside"; do
     tag=${variant%%:*}; flag=${variant#*:}
-    NCCL_P2P_DISABLE=1 timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum --host-copy $flag \
+    NCCL_P2P_DISABLE=1 timeout 90 build-gpu/bin/train bench allreduce --gpus 2 --dtype bf16 --op sum --host-copy ${flag//,/ } \
       --pieces "$pieces" --sizes "104857600,613070800" --timeout 30 > "$OUT/host_copy_pieces${pieces}_$tag.md" 2>&1
     echo "host copy, P2P off, bf16 sum in $pieces pieces, $tag: exit $?"
     grep -E "^\| [0-9]|rror" "$OUT/host_copy_pieces${pieces}_$tag.md" | head -3

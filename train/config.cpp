@@ -95,8 +95,11 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
        "peer access: NCCL_P2P_DISABLE=1, PCIe servers); works under --cuda-graph"},
       {"host-copy-overlap", &c.host_copy_overlap,
        "with --host-copy-allreduce: an all-reduce's copies start while the last one's final chunks still come in "
-       "(their buffers apart), so the link does not drain between DDP's buckets (false: each starts after the "
-       "last one ended)"},
+       "(their buffers apart), so the link does not drain between DDP's buckets (default off: each starts after "
+       "the last one ended)"},
+      {"host-copy-reduce-beside", &c.host_copy_reduce_beside,
+       "with --host-copy-allreduce: the additions of received chunks run on a stream of their own beside the "
+       "copies, so the host -> device copies do not wait for them (default off: on the receiving stream)"},
       {"cuda-graph", &c.cuda_graph,
        "GPU: from the third step on (with --hook powersgd, once a compressed step has run), forward, backward and "
        "DDP's bucket collectives are replayed as one CUDA graph "
@@ -314,8 +317,10 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
   VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
   early_bucket_mbs();  // throws on a bad list
-  VITDDP_CHECK(host_copy_overlap || host_copy_allreduce, "--host-copy-overlap=false changes how "
-               "--host-copy-allreduce's all-reduces follow each other: it needs --host-copy-allreduce");
+  VITDDP_CHECK(!host_copy_overlap || host_copy_allreduce, "--host-copy-overlap changes how --host-copy-allreduce's "
+               "all-reduces follow each other: it needs --host-copy-allreduce");
+  VITDDP_CHECK(!host_copy_reduce_beside || host_copy_allreduce, "--host-copy-reduce-beside changes where "
+               "--host-copy-allreduce adds received chunks: it needs --host-copy-allreduce");
   VITDDP_CHECK(tail_bucket_mb == 0 || (tail_bucket_mb >= 1e-6 && tail_bucket_mb < bucket_mb), "--tail-bucket-mb must "
                "be 0 (off) or in [1e-06, --bucket-mb ", bucket_mb, "), got ", tail_bucket_mb);
   VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,

@@ -66,7 +66,8 @@ struct TrainConfig {
   bool update_in_backward = false; // DDP: a bucket's update right after its communication, beside backward
   bool shard_update = false;       // DDP: each rank updates its part of each bucket, the weights all-gathered (ZeRO-1)
   bool host_copy_allreduce = false;  // GPU DDP: all-reduces through shared host memory and the copy engines
-  bool host_copy_overlap = true;     // with it: back-to-back all-reduces overlap their copies
+  bool host_copy_overlap = false;    // with it: back-to-back all-reduces overlap their copies
+  bool host_copy_reduce_beside = false;  // with it: the additions on a stream beside the receiving copies
   bool nccl_register = false;      // GPU DDP: gradients in memory NCCL registers (zero-copy collectives)
   bool cuda_graph = false;         // GPU: forward, backward and DDP's collectives replayed as one CUDA graph
   double ready_order_share = 1.0;  // DDP: bytes launched in ready order; the rest first-layers first

@@ -81,6 +81,7 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.max_ctas = static_cast<int>(config.sm_carveout);
   options.host_copy_allreduce = config.host_copy_allreduce;  // Note [Host-copy all-reduce]
   options.host_copy_overlap = config.host_copy_overlap;      // Note [Back-to-back host copies]
+  options.host_copy_reduce_beside = config.host_copy_reduce_beside;  // Note [Reductions beside the copies]
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
   if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp

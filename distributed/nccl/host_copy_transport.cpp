@@ -50,7 +50,7 @@ namespace vitddp {
 // (ProcessGroupNccl::align_host_copy_rings).
 //
 // Note [Back-to-back host copies]
-// An all-reduce's copies cannot keep both directions of the link busy at its ends: its first
+// (--host-copy-overlap; off by default until measured on two GPUs.) An all-reduce's copies cannot keep both directions of the link busy at its ends: its first
 // receive waits for the peer's first chunk to reach host memory, and its last chunk is received
 // after the send stream has nothing left. Forked from the comm stream (the `stream` argument),
 // which waits for the previous all-reduce's end, every collective paid both: about 0.11 ms each

@@ -37,7 +37,7 @@ struct HostCopyOptions {
   int slots = 4;                  // slots per ring (each ordered pair of ranks has one ring)
   // The owner's additions on a stream of their own beside the receiving copies (Note
   // [Reductions beside the copies] in copy_plan.cpp); false: on the receiving stream.
-  bool reduce_beside = true;
+  bool reduce_beside = false;
 };
 
 class HostCopyTransport {

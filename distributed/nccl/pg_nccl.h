@@ -153,7 +153,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   // the last host-copy all-reduce: the next one must then follow the comm stream, not only its
   // inputs (Note [Back-to-back host copies]).
   bool nccl_since_host_copy_ = true;
-  bool host_copy_overlap_ = true;  // ProcessGroupOptions::host_copy_overlap
+  bool host_copy_overlap_ = false;  // ProcessGroupOptions::host_copy_overlap
   uint64_t next_seq_ = 0;
   IssueStats issued_;  // guarded by shared_->mutex
   Tensor barrier_buffer_;  // f32[1] on device_

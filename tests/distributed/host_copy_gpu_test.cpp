@@ -26,17 +26,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Runs body(rank, host_copy_group, nccl_group) on two threads, thread r on cuda:r. `reduce_beside`:
-// ProcessGroupOptions::host_copy_reduce_beside.
+// Runs body(rank, host_copy_group, nccl_group) on two threads, thread r on cuda:r. `pipelined`:
+// the host copy with ProcessGroupOptions::host_copy_overlap and host_copy_reduce_beside.
 std::vector<std::string> run_pair(std::chrono::milliseconds timeout,
                                   const std::function<void(int, ProcessGroupNccl&, ProcessGroupNccl&)>& body,
-                                  bool reduce_beside = true) {
+                                  bool pipelined = false) {
   testing::TempFolder folder("vitddp_host_copy");
   return testing::run_on_gpu_threads(2, [&](int rank) {
     ProcessGroupOptions o = testing::group_options(rank, 2, folder.path(), timeout);
     ProcessGroupNccl plain(o);
     o.host_copy_allreduce = true;
-    o.host_copy_reduce_beside = reduce_beside;
+    o.host_copy_overlap = pipelined;
+    o.host_copy_reduce_beside = pipelined;
     ProcessGroupNccl host_copy(o);
     body(rank, host_copy, plain);
   });
@@ -94,8 +95,8 @@ TEST(HostCopyGpu, SumsAndAveragesAreExactAcrossChunksAndRings) {
   EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
 }
 
-// Note [Back-to-back host copies]: collectives issued one after another may overlap their copies
-// only where that is safe. Slices of one buffer, each written on the caller's stream just before
+// Note [Back-to-back host copies] (with --host-copy-overlap and --host-copy-reduce-beside):
+// collectives issued one after another may overlap their copies only where that is safe. Slices of one buffer, each written on the caller's stream just before
 // its all-reduce (as backward makes DDP's buckets), in up to 3 chunks each: every slice exact.
 // The same tensor twice without a wait: the second sums the first's results. An NCCL broadcast
 // into a slice right before its host copy: the copy sums what the broadcast wrote.
@@ -143,16 +144,17 @@ TEST(HostCopyGpu, BackToBackCollectivesOverlapOnlyWhereSafe) {
     EXPECT_EQ(first_wrong(before, 1.0), -1);
     const std::vector<double> m = mixed.to_vector();
     for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(m[i], 4.0 + 2.0 * static_cast<double>(i % 13)) << i;
-  });
+  }, /*pipelined=*/true);
   EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
 }
 
-// Note [Reductions beside the copies]: beside the copies (the default) and on the receiving stream.
+// Plain (the default), and overlapping with the additions beside the copies (Note [Back-to-back
+// host copies], Note [Reductions beside the copies]).
 TEST(HostCopyGpu, SumsEqualNcclsBitForBit) {
   VITDDP_REQUIRE_GPU();
   if (cuda::visible_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
-  for (bool beside : {true, false}) {
-    SCOPED_TRACE(beside ? "reductions beside the copies" : "reductions on the receiving stream");
+  for (bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "overlapping, additions beside the copies" : "plain");
     auto errors = run_pair(60000ms, [](int rank, ProcessGroupNccl& pg, ProcessGroupNccl& plain) {
       std::mt19937 random(1234 + rank);
       std::uniform_real_distribution<double> uniform(-1.0, 1.0);
@@ -170,7 +172,7 @@ TEST(HostCopyGpu, SumsEqualNcclsBitForBit) {
         for (size_t i = 0; i < x.size(); ++i) differ += x[i] != y[i];
         EXPECT_EQ(differ, 0) << dtype_name(dtype) << ": elements that differ from NCCL's sum";
       }
-    }, beside);
+    }, pipelined);
     EXPECT_EQ(errors, std::vector<std::string>({"", ""}));
   }
 }

@@ -133,9 +133,12 @@ TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
   EXPECT_TRUE(bad_input(tiny + " --device cpu --host-copy-allreduce", "--host-copy-allreduce moves GPU buffers with "
                                                                       "the copy engines: it needs a GPU, not --procs"));
   EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-allreduce", "it needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-overlap=false",
-                        "--host-copy-overlap=false changes how --host-copy-allreduce's all-reduces follow each other: "
-                        "it needs --host-copy-allreduce"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-overlap",
+                        "--host-copy-overlap changes how --host-copy-allreduce's all-reduces follow each other: it "
+                        "needs --host-copy-allreduce"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-reduce-beside",
+                        "--host-copy-reduce-beside changes where --host-copy-allreduce adds received chunks: it needs "
+                        "--host-copy-allreduce"));
   EXPECT_TRUE(bad_input(tiny + " --timeout 0.00001", "--timeout must be in [0.001, 1e7] seconds"));
   EXPECT_TRUE(bad_input(tiny + " --checkpoint-keep 4294967296", "--checkpoint-keep must be in [1, 1000000]"));
 }

@@ -281,8 +281,8 @@ std::string markdown_preamble(const AllreduceRun& run) {
   if (run.pieces > 1)
     out += detail::concat("each size as ", run.pieces, " all-reduces of consecutive slices, back to back (--pieces)\n");
   if (run.backend == "nccl+host-copy")
-    out += detail::concat("host copy: all-reduces ", run.host_copy_serial ? "in series" : "overlapping",
-                          ", additions ", run.host_copy_reduce_inline ? "on the receiving stream" : "beside the copies",
+    out += detail::concat("host copy: all-reduces ", run.host_copy_overlap ? "overlapping" : "in series",
+                          ", additions ", run.host_copy_reduce_beside ? "beside the copies" : "on the receiving stream",
                           "\n");
   out += "algbw = bytes / time, busbw = algbw * 2(n-1)/n (GB/s = 1e9 B/s); check: every rank's result against "
          "the exact sum of the ranks' fills (divided by the ranks for avg)\n\n";
@@ -314,8 +314,8 @@ nlohmann::json row_json(const AllreduceRun& run, const AllreduceRow& row) {
   j["op"] = run.average ? "avg" : "sum";
   j["pieces"] = run.pieces;
   if (run.backend == "nccl+host-copy") {
-    j["host_copy_overlap"] = !run.host_copy_serial;
-    j["host_copy_additions"] = run.host_copy_reduce_inline ? "inline" : "beside";
+    j["host_copy_overlap"] = run.host_copy_overlap;
+    j["host_copy_additions"] = run.host_copy_reduce_beside ? "beside" : "inline";
   }
   j["bytes"] = row.bytes;
   j["elements"] = row.elements;
@@ -358,8 +358,8 @@ struct BenchFlags {
   int procs = 0;
   double timeout = 300;
   bool host_copy = false;
-  bool host_copy_serial = false;
-  bool host_copy_reduce_inline = false;
+  bool host_copy_overlap = false;
+  bool host_copy_reduce_beside = false;
   bool json = false;
   std::string out;
 };
@@ -393,12 +393,12 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
   app.add_flag("--host-copy", f->host_copy,
                "with --gpus: all-reduce through shared host memory and the copy engines, as train "
                "--host-copy-allreduce");
-  app.add_flag("--host-copy-serial", f->host_copy_serial,
-               "with --host-copy: each all-reduce starts after the last one ended, as train --host-copy-overlap=false "
-               "(with --pieces, what the overlap of back-to-back all-reduces gains)");
-  app.add_flag("--host-copy-reduce-inline", f->host_copy_reduce_inline,
-               "with --host-copy: the additions on the receiving stream, each copy waiting for the last one's "
-               "(not beside the copies)");
+  app.add_flag("--host-copy-overlap", f->host_copy_overlap,
+               "with --host-copy: back-to-back all-reduces overlap their copies, as train --host-copy-overlap (with "
+               "--pieces, what that gains)");
+  app.add_flag("--host-copy-reduce-beside", f->host_copy_reduce_beside,
+               "with --host-copy: the additions on a stream of their own beside the copies, as train "
+               "--host-copy-reduce-beside");
   app.add_option("--timeout", f->timeout, "seconds a collective may take before the run stops with an error")
       ->capture_default_str()
       ->multi_option_policy(last);
@@ -437,8 +437,8 @@ BenchPlan make_plan(const BenchFlags& f) {
   VITDDP_CHECK(f.gpus >= 0, "--gpus must be >= 0, got ", f.gpus);
   check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
-  VITDDP_CHECK(!f.host_copy_serial || f.host_copy, "--host-copy-serial needs --host-copy");
-  VITDDP_CHECK(!f.host_copy_reduce_inline || f.host_copy, "--host-copy-reduce-inline needs --host-copy");
+  VITDDP_CHECK(!f.host_copy_overlap || f.host_copy, "--host-copy-overlap needs --host-copy");
+  VITDDP_CHECK(!f.host_copy_reduce_beside || f.host_copy, "--host-copy-reduce-beside needs --host-copy");
   check_timeout_flag(f.timeout);
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
                "--sizes excludes --min-bytes and --max-bytes");
@@ -597,8 +597,8 @@ int run_bench_allreduce(int argc, char** argv) {
 #endif
     device = Device::cuda(index);
     options.host_copy_allreduce = flags.host_copy;
-    options.host_copy_overlap = !flags.host_copy_serial;
-    options.host_copy_reduce_beside = !flags.host_copy_reduce_inline;
+    options.host_copy_overlap = flags.host_copy_overlap;
+    options.host_copy_reduce_beside = flags.host_copy_reduce_beside;
     group = make_nccl_process_group(options);
   } else {
     VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");
@@ -614,8 +614,8 @@ int run_bench_allreduce(int argc, char** argv) {
   run.iters = flags.iters;
   run.warmup_iters = flags.warmup_iters;
   run.pieces = flags.pieces;
-  run.host_copy_serial = flags.host_copy_serial;
-  run.host_copy_reduce_inline = flags.host_copy_reduce_inline;
+  run.host_copy_overlap = flags.host_copy_overlap;
+  run.host_copy_reduce_beside = flags.host_copy_reduce_beside;
 
   const bool report = group->rank() == 0;
   std::ofstream out_file;

@@ -112,9 +112,9 @@ struct AllreduceRun {
   int warmup_iters = 0;
   bool average = false;  // --op avg
   int pieces = 1;        // --pieces
-  // With --host-copy (backend "nccl+host-copy"): --host-copy-serial, --host-copy-reduce-inline.
-  bool host_copy_serial = false;
-  bool host_copy_reduce_inline = false;
+  // With --host-copy (backend "nccl+host-copy"): --host-copy-overlap, --host-copy-reduce-beside.
+  bool host_copy_overlap = false;
+  bool host_copy_reduce_beside = false;
 };
 
 // "ok", "ok (max error 0.5)" within bf16 rounding, or "FAIL: max error 3 at element 17".

@@ -211,7 +211,7 @@ TEST(AllreduceBench, TableRowsAndJson) {
   // The host copy's variant is in the preamble and in every JSON line.
   AllreduceRun host{"nccl+host-copy", "cuda", 2, DType::kBF16, 20, 5};
   host.pieces = 13;
-  host.host_copy_serial = true;
+  host.host_copy_reduce_beside = true;
   const std::string preamble = markdown_preamble(host);
   EXPECT_NE(preamble.find("each size as 13 all-reduces of consecutive slices"), std::string::npos) << preamble;
   EXPECT_NE(preamble.find("host copy: all-reduces in series, additions beside the copies"), std::string::npos)
@@ -339,8 +339,8 @@ TEST(AllreduceBenchCli, BadFlagsAreOneLineAndExitTwo) {
       {"--timeout 1e10", "--timeout must be in [0.001, 1e7] seconds"},
       {"--procs 5000", "--procs must be in [0, 1024], got 5000"},
       {"--pieces 0", "--pieces must be in [1, 4096], got 0"},
-      {"--procs 2 --host-copy-serial", "--host-copy-serial needs --host-copy"},
-      {"--procs 2 --host-copy-reduce-inline", "--host-copy-reduce-inline needs --host-copy"},
+      {"--procs 2 --host-copy-overlap", "--host-copy-overlap needs --host-copy"},
+      {"--procs 2 --host-copy-reduce-beside", "--host-copy-reduce-beside needs --host-copy"},
       {"--sizes 8 --pieces 3", "--pieces 3: a size of 2 elements cannot be cut into 3 slices"},
       {"--gpus 2 --procs 2", "--gpus and --procs exclude each other"},
       {"--gpus 2", "--gpus"},
