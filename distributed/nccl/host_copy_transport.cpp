@@ -32,10 +32,11 @@ namespace vitddp {
 // on its stream, with a system-wide fence (CU_STREAM_WRITE_VALUE_DEFAULT), so a peer that sees
 // `full` sees the chunk. Steps are issued in rounds that every rank shares, so a wait never
 // depends on work issued after it anywhere: streams that share a hardware queue cannot deadlock.
-// That holds for one rank's streams; two ranks on one GPU would share its hardware queues, where
-// one rank's wait can stand before the other's signal in issue order, and hang (a test of two
-// ranks on threads of one GPU hung at f753006, most likely so). Each rank needs a GPU of its own,
-// which NCCL requires of ProcessGroupNccl anyway.
+// That holds for one rank's streams; two ranks as threads of one process on one GPU share its
+// context's hardware queues, where one rank's wait can stand before the other's signal in issue
+// order (such a test hung at f753006 and 6efe99c, even with CUDA_DEVICE_MAX_CONNECTIONS=32). Ranks
+// are processes, each on its own GPU (NCCL requires that of ProcessGroupNccl anyway); the
+// transport's own test puts two processes on one GPU (HostCopyTransportGpu).
 // Failure: a peer that dies leaves our waits unsatisfied; the group's watchdog times the
 // collective out like any other and calls release_waits(), which raises this rank's failed flag
 // (peers then fail too, instead of trusting what our drained streams send) and sets the release
