@@ -36,7 +36,7 @@ namespace vitddp {
 // context's hardware queues, where one rank's wait can stand before the other's signal in issue
 // order (such a test hung at f753006 and 6efe99c, even with CUDA_DEVICE_MAX_CONNECTIONS=32). Ranks
 // are processes, each on its own GPU (NCCL requires that of ProcessGroupNccl anyway); the
-// transport's own test puts two processes on one GPU (HostCopyTransportGpu).
+// transport's own test puts two processes on one GPU (HostCopyTransportGpu; passes at abc4852).
 // Failure: a peer that dies leaves our waits unsatisfied; the group's watchdog times the
 // collective out like any other and calls release_waits(), which raises this rank's failed flag
 // (peers then fail too, instead of trusting what our drained streams send) and sets the release
