@@ -40,6 +40,7 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
                dtypes.size(), " dtypes");
   const size_t cap_bytes = caps.bytes, first_cap_bytes = caps.first_bytes, tail_cap_bytes = caps.tail_bytes;
   VITDDP_CHECK(cap_bytes > 0 && first_cap_bytes > 0, "bucket caps must be positive");
+  for (size_t cap : caps.early_bytes) VITDDP_CHECK(cap > 0, "bucket caps must be positive");
   std::vector<size_t> sequence = order;
   if (sequence.empty()) {
     for (size_t i = bytes.size(); i-- > 0;) sequence.push_back(i);
@@ -67,7 +68,6 @@ BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, con
   BucketAssignment result;
   bool in_tail = false;
   size_t first_tail_bucket = 0;
-  for (size_t cap : caps.early_bytes) VITDDP_CHECK(cap > 0, "bucket caps must be positive");
   auto cap_now = [&] {
     if (result.buckets.empty()) return in_tail ? std::min(first_cap_bytes, tail_cap_bytes) : first_cap_bytes;
     if (in_tail) return tail_cap_bytes;

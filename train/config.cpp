@@ -405,6 +405,8 @@ void TrainConfig::validate() const {
 std::vector<double> TrainConfig::early_bucket_mbs() const {
   std::vector<double> sizes;
   if (early_bucket_mb.empty()) return sizes;
+  const std::string bad_list = "--early-bucket-mb must be sizes in MB in [1e-06, 1e6], comma-separated (\"10,25\"), "
+                               "got '" + early_bucket_mb + "'";
   std::stringstream list(early_bucket_mb);
   std::string item;
   while (std::getline(list, item, ',')) {
@@ -417,12 +419,10 @@ std::vector<double> TrainConfig::early_bucket_mbs() const {
     } catch (const std::exception&) {
       used = 0;
     }
-    VITDDP_CHECK(decimal && used == item.size() && mb >= 1e-6 && mb <= 1e6, "--early-bucket-mb must be sizes in MB in "
-                 "[1e-06, 1e6], comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
+    VITDDP_CHECK(decimal && used == item.size() && mb >= 1e-6 && mb <= 1e6, bad_list);
     sizes.push_back(mb);
   }
-  VITDDP_CHECK(!sizes.empty() && early_bucket_mb.back() != ',', "--early-bucket-mb must be sizes in MB in [1e-06, "
-               "1e6], comma-separated (\"10,25\"), got '", early_bucket_mb, "'");
+  VITDDP_CHECK(!sizes.empty() && early_bucket_mb.back() != ',', bad_list);  // getline drops a trailing empty item
   return sizes;
 }
 

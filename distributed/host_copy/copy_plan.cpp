@@ -100,8 +100,9 @@ Range owner_part(int world, int owner, int64_t count, int64_t align) {
 }
 
 // Note [Reductions beside the copies]
-// (--host-copy-reduce-beside; off by default until measured on two GPUs.) The owner adds each received chunk of its part into the buffer (kReduce, a short kernel). On
-// the receiving stream, the next host -> device copy waits for that kernel: for its launch after
+// (--host-copy-reduce-beside; off by default until measured on two GPUs.) The owner adds each
+// received chunk of its part into the buffer (kReduce, a short kernel). On the receiving
+// stream, the next host -> device copy waits for that kernel: for its launch after
 // the copy, its run and the front end's turn back to the copy, per chunk of the reduce-scatter,
 // while the copy engine idles. Beside it, on a stream of its own, the additions read alternating
 // staging chunks: the receiving stream copies chunk j into staging chunk j mod 2 and marks it

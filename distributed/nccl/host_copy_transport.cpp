@@ -51,16 +51,18 @@ namespace vitddp {
 // (ProcessGroupNccl::align_host_copy_rings).
 //
 // Note [Back-to-back host copies]
-// (--host-copy-overlap; off by default until measured on two GPUs.) An all-reduce's copies cannot keep both directions of the link busy at its ends: its first
-// receive waits for the peer's first chunk to reach host memory, and its last chunk is received
+// (--host-copy-overlap; off by default until measured on two GPUs.) An all-reduce's copies
+// cannot keep both directions of the link busy at its ends: its first receive waits for the
+// peer's first chunk to reach host memory, and its last chunk is received
 // after the send stream has nothing left. Forked from the comm stream (the `stream` argument),
 // which waits for the previous all-reduce's end, every collective paid both: about 0.11 ms each
 // by a fit to the bf16 probe's 25 and 100 MiB rates (docs/performance.md), up to 1.5 ms of an
 // 18.7 ms step in DDP's 13 buckets with P2P off (predicted, not traced). The copy streams need
 // no such fork: each runs its steps of every collective in issue order, the flags pace them
 // against the peer, and a collective's streams wait for each other only through events marked
-// earlier (kWaitReduced, the staging chunks' and the reductions' catch-up). Given the event after which the buffer is ready
-// (ProcessGroupNccl passes the caller's handshake event when no NCCL call went on its stream
+// earlier (kWaitReduced, the staging chunks' and the reductions' catch-up). Given the event
+// after which the buffer is ready (ProcessGroupNccl passes the caller's handshake event when no
+// NCCL call went on its stream
 // since the last host copy), the next collective's sends start while the last one's final
 // chunks come in. Its receives still wait for their own turn on the receive stream, and the
 // caller's stream still waits for each collective's end, so its completion event means what it

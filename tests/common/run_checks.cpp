@@ -71,6 +71,16 @@ void expect_refused_in_one_line(const std::string& args, const std::string& mess
   EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << args << ": " << o.out;
 }
 
+TrainOutcome resume_with_flags(const std::string& args, const std::string& flags, const std::string& folder) {
+  TempFolder dir(folder);
+  const std::string ckpt = (dir / "ckpt").string();
+  const TrainOutcome first = run_train("", args + " --steps 2 --checkpoint-dir " + ckpt + " --checkpoint-every 2");
+  EXPECT_EQ(first.code, 0) << first.out;
+  TrainOutcome resumed = run_train("", args + " --steps 3 --resume --checkpoint-dir " + ckpt + " " + flags);
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  return resumed;
+}
+
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus) {
   TempFolder dir(folder);
   const std::string straight = (dir / "straight.safetensors").string();

@@ -41,6 +41,11 @@ void expect_refused_in_one_line(const std::string& args, const std::string& mess
 // same summary loss. Returns the run with `flags`.
 TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::string& flags, const std::string& folder);
 
+// Trains `args` (which must not set --steps, --save or checkpoints) for 2 steps with a checkpoint
+// at step 2, in a temporary folder named `folder`, then resumes it to step 3 with `flags` added:
+// both must finish. Returns the resumed run (its warning names the settings that changed).
+TrainOutcome resume_with_flags(const std::string& args, const std::string& flags, const std::string& folder);
+
 // Trains `args` (which must not set --steps, --save or checkpoints) for 6 steps straight, then
 // for 4 with checkpoints every 2 and resumed to 6, in a temporary folder named `folder`: the
 // resumed run must say it resumed at step 4 and save the straight run's weights, byte for byte.

@@ -47,13 +47,8 @@ TEST(EarlyBuckets, TheStartLineGivesTheirSizes) {
 }
 
 TEST(EarlyBuckets, ResumingWithAnotherSettingIsNamed) {
-  testing::TempFolder dir("vitddp_early_resume");
-  const std::string ckpt = (dir / "ckpt").string();
-  const testing::TrainOutcome first =
-      testing::run_train("", kTwoTinyGlooRanks + " --steps 2 --checkpoint-dir " + ckpt + " --checkpoint-every 2");
-  ASSERT_EQ(first.code, 0) << first.out;
-  const testing::TrainOutcome resumed = testing::run_train(
-      "", kTwoTinyGlooRanks + " --steps 3 --resume --checkpoint-dir " + ckpt + " --early-bucket-mb 0.01");
+  const testing::TrainOutcome resumed =
+      testing::resume_with_flags(kTwoTinyGlooRanks, "--early-bucket-mb 0.01", "vitddp_early_resume");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("with settings its run did not have (--early-bucket-mb \"\" -> \"0.01\")"),
             std::string::npos)

@@ -45,13 +45,8 @@ TEST(TailBuckets, TheStartLineCountsThem) {
 
 // A checkpoint restores the buckets it was saved with: resuming with another tail setting says so.
 TEST(TailBuckets, ResumingWithAnotherSettingIsNamed) {
-  testing::TempFolder dir("vitddp_tail_resume");
-  const std::string ckpt = (dir / "ckpt").string();
-  const testing::TrainOutcome first =
-      testing::run_train("", kTwoTinyGlooRanks + " --steps 2 --checkpoint-dir " + ckpt + " --checkpoint-every 2");
-  ASSERT_EQ(first.code, 0) << first.out;
-  const testing::TrainOutcome resumed = testing::run_train(
-      "", kTwoTinyGlooRanks + " --steps 3 --resume --checkpoint-dir " + ckpt + " --tail-bucket-mb 0.01");
+  const testing::TrainOutcome resumed =
+      testing::resume_with_flags(kTwoTinyGlooRanks, "--tail-bucket-mb 0.01", "vitddp_tail_resume");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("with settings its run did not have (--tail-bucket-mb 0.0 -> 0.01)"), std::string::npos)
       << resumed.out;

@@ -471,7 +471,6 @@ void check_gpus(int wanted, int index) {
                " GPU(s) visible");
 }
 
-// Times warm-up + timed iterations of one size; returns the timed ones in microseconds.
 // All-reduces `buffer` as the slices `pieces`, issued back to back; returns the last one's work
 // (each waited for by the caller's stream, in order, as DDP's finalize does).
 std::shared_ptr<Work> allreduce_pieces(ProcessGroup& group, ReduceOp op, const Tensor& buffer,
@@ -483,6 +482,7 @@ std::shared_ptr<Work> allreduce_pieces(ProcessGroup& group, ReduceOp op, const T
   return works.back();
 }
 
+// Times warm-up + timed iterations of one size (as `pieces`); returns the timed ones in microseconds.
 std::vector<double> time_allreduce(ProcessGroup& group, ReduceOp op, const Tensor& pristine, Tensor buffer, int warmup,
                                    int iters, const std::vector<std::pair<int64_t, int64_t>>& pieces) {
   std::vector<double> us;
