@@ -18,8 +18,8 @@ constexpr int64_t kMaxCachedPatternFloats = int64_t{16} << 20;  // 64 MB
 // out[i] = scale * N(0, 1) (or out[i] += ... when `add`): Box-Muller in f32 on two 24-bit
 // uniforms from one 64-bit draw, two normals per draw (the tails are cut at 5.9 sigma, fine for
 // synthetic data). The draws are scalar; log, sqrt, sin and cos run on Eigen arrays of a few
-// hundred pairs, in SIMD (about 3x the scalar loop with -march=native: the loader has to outrun
-// a GPU step of 13 ms, 32 images of 150k values).
+// hundred pairs, in SIMD, measured well ahead of the scalar loop (docs/performance.md, "What
+// was tried, in order"): the loader has to outrun a GPU step.
 void normals(Generator& gen, float* out, int64_t n, float scale, bool add) {
   constexpr int kPairs = 256;
   Eigen::Array<float, kPairs, 1> u1, u2;

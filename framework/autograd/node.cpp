@@ -21,19 +21,18 @@ const Tensor& Node::saved(size_t i) const {
 }
 
 // Note [Gradients in place]
-// Weight gradients would otherwise be computed into fresh tensors and then added into the
-// arena's gradient buffer: an extra pass over every gradient and a transient copy of it. A
-// backward that can accumulate (a GEMM with beta = 1, a reduction that adds) writes straight
-// into the leaf's buffer instead. This keeps AccumulateGrad's meaning (the buffer holds the
-// running sum) and its hook timing: the engine still runs AccumulateGrad after every producer
-// of the leaf's gradient, on the same stream.
+// A backward that can accumulate (a GEMM with beta = 1, a reduction that adds) writes a weight
+// gradient straight into the leaf's arena buffer, instead of into a fresh tensor then added in:
+// that saves a pass over every gradient and a transient copy. AccumulateGrad keeps its meaning
+// (the buffer holds the running sum) and its hook timing: the engine still runs it after every
+// producer of the leaf's gradient, on the same stream.
 //
-// Between steps the arena does not zero the buffer (a pass over every gradient); it marks each
-// leaf's gradient stale (ParamArena::mark_grads_stale). The step's first gradient of a stale
-// leaf overwrites the buffer (a GEMM with beta = 0, whose epilogue can then also write the bias
-// gradient; a reduction that stores) and clears the mark; later ones add. A leaf that no
-// gradient reached stays stale, and ParamArena::zero_stale_grads zeroes it once backward is
-// done, before anything reads the gradients.
+// Between steps the arena does not zero the buffer (another pass); it marks each leaf's
+// gradient stale (ParamArena::mark_grads_stale). The step's first gradient of a stale leaf
+// overwrites the buffer (a GEMM with beta = 0, whose epilogue can then write the bias gradient
+// too; a reduction that stores) and clears the mark; later ones add. A leaf no gradient reached
+// stays stale, and ParamArena::zero_stale_grads zeroes it once backward is done, before
+// anything reads the gradients.
 Tensor Node::grad_destination(size_t i) const {
   if (!needs_input_grad(i)) return Tensor();
   auto* acc = dynamic_cast<AccumulateGrad*>(next_edges[i].fn.get());

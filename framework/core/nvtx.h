@@ -77,5 +77,6 @@ std::string nvtx_update_name(int bucket_index);
 #define VITDDP_NVTX_RANGE(...) \
   ::vitddp::NvtxRange VITDDP_NVTX_CONCAT(vitddp_nvtx_range_, __LINE__)(__VA_ARGS__)
 
-// A range named after the enclosing function, for kernel launchers (STYLE practice 2).
+// A range named after the enclosing function, for kernel launchers: each launch shows by name
+// in a timeline.
 #define VITDDP_NVTX_FN() VITDDP_NVTX_RANGE(__func__, ::vitddp::NvtxColor::kKernel)

@@ -35,13 +35,13 @@ std::atomic<bool> g_any_dropped{false};
 // Note [Device allocator]
 // Device memory comes from CUDA's stream-ordered allocator (cudaMallocAsync) on the device's
 // default memory pool, whose release threshold we raise to "never": freed blocks stay in the
-// pool and are reused by later allocations on the same stream without any cudaMalloc, which
-// is the caching allocator the steady state needs, kept by NVIDIA and usable inside CUDA graph
+// pool and are reused by later allocations on the same stream without any cudaMalloc, which is
+// the caching allocator the steady state needs, kept by NVIDIA and usable inside CUDA graph
 // capture. Allocation and free happen on the thread's current stream; memory that another
 // stream uses (the loader's copies, the reducer's buckets, PowerSGD's side stream) is either
 // long-lived or ordered with events before it is freed, and the pool never reuses a block
-// across streams by making one stream wait for another. We count requested bytes for current/peak figures, as
-// torch.cuda.max_memory_allocated does.
+// across streams by making one stream wait for another. We count requested bytes for
+// current/peak figures, as torch.cuda.max_memory_allocated does.
 //
 // VITDDP_POISON_ALLOC=1 fills every new allocation with 0xFF bytes (NaN in every float format)
 // so tests catch kernels that leave outputs unwritten.

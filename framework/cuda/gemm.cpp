@@ -224,24 +224,17 @@ void run_matmul(const Plan& plan, const GemmArgs& g, const cublasLtMatmulAlgo_t&
 }
 
 // Note [Choosing a GEMM algorithm]
-// cuBLASLt's heuristic ranks its algorithms by a model of the GPU; for this model's shapes its
-// first choice is not always the fastest (the tf32 products ran 3.4 ms above NUMBERS.md's floor
-// with it). So, like XLA's GEMM autotuner, a new shape times each of the heuristic's first
-// candidates once on the real operands, writing into scratch C (and scratch bias for
-// kBiasGradB), and the plan keeps the fastest. It costs a few ms per shape on the first step,
-// never in the steady state. Skipped while the stream is being captured into a CUDA graph
-// (no synchronisation allowed there). Timing picks differently from run to run when candidates
-// are close, and different algorithms round differently: results would differ in the last bits
-// between runs (never between the ranks' parameters, which the all-reduce makes identical), and
-// AdamW turns last-bit noise in a zero gradient (a key bias's) into learning-rate-sized steps,
-// so a resumed run would not repeat an uninterrupted one. Hence the choices are kept in a file
-// per GPU (framework/io/algorithm_cache.h, in the folder set_gemm_autotune names) and a later
-// run takes them from there, checked with cublasLtMatmulAlgoCheck; the file names the GPU model
-// and cuBLASLt version, and is set aside when either differs. Processes that share a file
-// (ranks that all see their GPU as cuda:0, jobs side by side) re-read it under a file lock
-// before choosing and before keeping, and a choice kept meanwhile by another wins, so all of
-// them make the file's choice; the timing itself runs unlocked (it waits for the stream,
-// which may wait for a collective that another process can only join after its lookup).
+// For this model's shapes cuBLASLt's heuristic first choice is not always the fastest
+// (measured on an H200: docs/performance.md). So, like XLA's GEMM autotuner, a new shape times
+// the heuristic's first candidates once on the real operands (into scratch C, and scratch bias
+// for kBiasGradB) and the plan keeps the fastest: a cost on a shape's first step only, skipped
+// under CUDA graph capture (no synchronisation there). Close timings pick differently between
+// runs, algorithms round differently, and AdamW turns last-bit noise in a zero gradient into
+// learning-rate-sized steps, so a resumed run would not repeat an uninterrupted one. Hence the
+// choices are kept in a file per GPU model and cuBLASLt version (framework/io/algorithm_cache.h)
+// that later runs reuse. Processes sharing the file re-read it under a file lock before choosing
+// and before keeping, and a choice kept meanwhile wins; the timing runs unlocked, as it waits
+// for the stream, which may wait for a collective a peer joins only after its own lookup.
 
 // The fastest candidate that ran; nothing when none could be timed (the stream is being
 // captured, no memory for the scratch output, or every candidate failed).

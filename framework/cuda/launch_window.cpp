@@ -13,19 +13,17 @@
 namespace vitddp::cuda {
 
 // Note [Launch window]
-// A thread that queues GPU work faster than the GPU runs it ends up inside cuLaunchKernel, which
-// waits for room in the hardware queue while holding the CUDA driver's lock; other threads' CUDA
-// calls (NCCL's proxy thread, our watchdog) wait for that lock meanwhile. The window keeps the
-// host outside the driver instead: every kLaunchWindowStride ops an event is recorded on the
-// current stream, and before the next one the thread waits, polling cudaEventQuery (which lets
-// go of the lock between polls), until the event of `limit` ops ago has fired. Per thread: each
-// thread that issues ops has its own marks.
+// A thread that queues GPU work faster than the GPU runs it ends up inside cuLaunchKernel,
+// which waits for room in the hardware queue while holding the CUDA driver's lock; other
+// threads' CUDA calls (NCCL's proxy thread, our watchdog) wait for that lock meanwhile. The
+// window keeps the host outside the driver instead: every kLaunchWindowStride ops an event is
+// recorded on the current stream, and before the next one the thread waits, polling
+// cudaEventQuery (which lets go of the lock between polls), until the event of `limit` ops ago
+// has fired. Each thread that issues ops has its own marks.
 //
-// It was built for NCCL's copy-engine shared-memory transport (NCCL_SHM_USE_CUDA_MEMCPY=1), whose
-// stalled training runs showed the main thread inside cuLaunchKernel and NCCL's proxy waiting for
-// the lock. It did not cure them: with a window of 64 or 16 ops the first large bucket's
-// all-reduce still never completes (docs/performance.md, "Copy engines for the shared-memory
-// transport"), so it stays off by default, a measured dead end kept as a flag.
+// Built against the stalls of NCCL's copy-engine shared-memory transport
+// (NCCL_SHM_USE_CUDA_MEMCPY=1), it did not cure them (docs/performance.md, "Copy engines for
+// the shared-memory transport"), so it stays off by default, a dead end kept as a flag.
 namespace detail {
 std::atomic<int> g_launch_window_ops{0};
 

@@ -136,10 +136,10 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
 // second kernel that reads x and dy again. Every warp stores its row's products into its own
 // row of shared memory (16-byte stores), then each thread adds one column over the block's
 // warps in warp order (the same sums in every run) and the block writes one partial row per
-// gradient; layer_norm_dwdb_blocks_kernel adds the blocks' partials in order. (A first
-// version let the warps add into one shared row in turns: one warp busy at a time, and 8-way
-// bank conflicts from the lanes' 8-column strides in bf16, made the op 1.5x slower than two
-// kernels.) Without `partials` (no weight or bias gradient wanted) it is the dx kernel alone.
+// gradient; layer_norm_dwdb_blocks_kernel adds the blocks' partials in order. (A first version
+// let the warps add into one shared row in turns: one warp busy at a time, and 8-way bank
+// conflicts from the lanes' 8-column strides in bf16 made it slower than two kernels.) Without
+// `partials` (no weight or bias gradient wanted) it is the dx kernel alone.
 template <typename T>
 __global__ void layer_norm_backward_vec_kernel(const T* x, const T* w, const float* mean, const float* rstd,
                                                const T* dy, const T* dx_add, T* dx, int64_t rows, int64_t d,

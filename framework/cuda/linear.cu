@@ -35,16 +35,15 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
 }
 
 // Note [Weight gradient beside the input gradient]
-// A linear layer's backward is two independent products, dX = dY W and dW = dY^T X. ViT-L's
-// are 1600 rows by 1024-4096 columns: each fills the GPU in one or two waves of tiles and a
-// partial last one, in which most SMs idle (the fp32 products ran at ~70% of the SIMT peak).
-// Run one after the other, both pay their tail; on two streams the second one's tiles fill the
-// first one's tail. So dW (with the bias gradient) goes to a stream of this thread's own,
-// forked from the current stream after what came before, and the current stream waits for it
-// before the op returns: to everything else the op is as before. Until a shape's plan exists
-// both run on the current stream, so that autotuning times candidates on an otherwise idle
-// stream, not beside the other product. The bytes written do not depend on the stream, so
-// results are bit-identical either way.
+// A linear layer's backward is two independent products, dX = dY W and dW = dY^T X. ViT-L's are
+// 1600 rows by 1024-4096 columns: each fills the GPU in one or two waves of tiles and a partial
+// last one, in which most SMs idle. Run one after the other, both pay their tail; on two
+// streams the second one's tiles fill the first one's tail. So dW (with the bias gradient) goes
+// to a stream of this thread's own, forked from the current stream after what came before, and
+// the current stream waits for it before the op returns: to everything else the op is as
+// before. Until a shape's plan exists both run on the current stream, so that autotuning times
+// candidates on an otherwise idle stream, not beside the other product. The bytes written do
+// not depend on the stream, so results are bit-identical either way.
 namespace {
 struct BesideStream {
   Stream stream;

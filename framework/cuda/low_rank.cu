@@ -36,9 +36,9 @@ __global__ void add_widened_quads_kernel(const T* g, const E* e, E* out, int64_t
 // past in j order, and the row of out (and of the residual) is written by consecutive threads.
 // Quads: each thread takes four columns, when m and r are multiples of 4 and the row starts
 // aligned in out, the residual and Q: Q's four rows of r values are read in 16-byte words
-// (scalar reads of them, 64 bytes apart across a warp, made the pass slower than one column
-// per thread: 2.6 against 1.5 ms for ViT-L's bucket). The general kernel: any rank; ranks 4
-// and 8 take expand_rows_kernel below. R: the residual's type (f32 or the bucket's).
+// (scalar reads of them, 64 bytes apart across a warp, made the pass slower than one column per
+// thread). The general kernel: any rank; ranks 4 and 8 take expand_rows_kernel below. R: the
+// residual's type (f32 or the bucket's).
 template <typename T, typename R, bool kQuads>
 __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n, int64_t m, int64_t r,
                                        int64_t stride, T* out, R* residual, unsigned long long* flag) {
@@ -93,9 +93,9 @@ __global__ void expand_low_rank_kernel(const float* p, const float* q, int64_t n
 // Note [The expansion's Q reads]
 // Ranks 4 and 8 in quads. The one-row kernel above reads Q's values again for every row: 16
 // bytes of Q from L1/L2 per element for 10 bytes of DRAM traffic (f32 residual), which held it
-// at 43% of DRAM bandwidth (ncu, 73303c7). A block of eight rows with each thread's Q values in
-// registers (6932f8e-f326d61) streamed 2.7 TB/s: 64-87 registers a thread, and one residual
-// load in flight a row. Here, as in the compensation fused with P = M Q (Note [PowerSGD's
+// well below DRAM bandwidth. An earlier block of eight rows with each thread's Q values in
+// registers took many registers a thread and kept one residual load in flight a row (profiles
+// in docs/performance.md). Here, as in the compensation fused with P = M Q (Note [PowerSGD's
 // products as bucket passes], low_rank_project.cu): a warp takes two rows, holds their P rows
 // in registers and reads each Q row once for both (through L1, where every warp of the block
 // reads the same ones); each lane takes two quads of both rows at a time, their residual loads
@@ -161,11 +161,11 @@ __global__ void __launch_bounds__(kRowsBlockWarps * 32)
 
 // Note [The expansion without a residual]
 // With the error settled a step late (distributed/hooks/powersgd.cpp) the expansion only writes
-// P Q^T into the bucket. The row kernel above without its residual moved 1.7 TB/s (0.39 ms for
-// ViT-L's bf16 bucket, 667ea4d, ncu: 30% of DRAM's rate, L1-bound): every quad it writes took
-// four Q rows from L1. Here a thread keeps its quad of columns' Q rows in registers and walks
-// down a block of rows, each row's P read from shared memory (one broadcast for all threads):
-// the only global traffic is the bucket's writes. Sums in the same order as the row kernel's.
+// P Q^T into the bucket. The row kernel above without its residual is L1-bound, far below
+// DRAM's rate (profiled: docs/performance.md): every quad it writes takes four Q rows from L1.
+// Here a thread keeps its quad of columns' Q rows in registers and walks down a block of rows,
+// each row's P read from shared memory (one broadcast for all threads): the only global traffic
+// is the bucket's writes. Sums in the same order as the row kernel's.
 constexpr int kColumnThreads = 128;  // a quad of columns each: 512 columns a block
 constexpr int kColumnRows = 64;      // rows a block walks down
 

@@ -12,30 +12,23 @@ namespace vitddp::cuda {
 namespace {
 
 // Note [PowerSGD's products as bucket passes]
-// P = M Q and Q = M^T P with rank 4 are matrix-vector products in all but name: each reads the
-// whole of M for 4 (or 8) multiply-adds an element. Through cuBLASLt (bf16 M, 16-bit copies of
-// the factors) both together read ViT-L's 1.2 GB of bf16 M at about 2 TB/s (0.59 ms a step,
-// ab1cb95), while the compensation, a plain pass, streams 4.1 TB/s. So:
+// P = M Q and Q = M^T P at rank 4 (or 8) are matrix-vector products in all but name: each reads
+// all of M for a few multiply-adds an element, and through cuBLASLt they read M well below the
+// rate of a plain pass such as the compensation (docs/performance.md, "PowerSGD's products as
+// passes of our own"). So:
 // - P = M Q is fused into the compensation: a warp takes two rows of a matrix, its lanes walk
 //   the columns in quads, write M = gradient + error and multiply the stored M by Q's rows
-//   (read through L1: every warp of a block reads the same ones, and the two rows share each
-//   read); one warp sum per row of P at the end. M is read once less, and P costs no pass.
-// - Q = M^T P: a block takes 512 columns and 128 rows of one matrix, its threads a quad of
-//   columns each, P's 128 rows in shared memory; each writes its partial sums, and a second
-//   launch adds the row blocks' partials in order (no atomics: a CUDA graph's replay gives the
-//   eager step's bits). The partials, r / 128 of M's elements in f32, add 6% (rank 4) or 12.5%
-//   (rank 8) to a bf16 M's bytes.
-// Both compute in f32 from M as stored, with Q and P in f32 (the cuBLASLt path rounded them to
-// 16 bits for a 16-bit M). Measured (2x H200, bf16 error, one 2000 MB bucket, 733b400): the
-// compensation with P 0.61 ms (alone it was 0.44, and the two products 0.59), Q 0.28 ms. Two
-// quads a lane at a time, their eight loads first, made the first pass slower (0.76 ms); row
-// blocks of 64 or 256 for Q, 3% and 20% slower. Q's pass moves ~2.1 TB/s: its smaller groups
-// (ViT-L's 1024 x 1024 projections: 384 blocks) do not fill the GPU.
+//   (through L1, shared by the block's warps and the two rows); one warp sum per row of P.
+// - Q = M^T P: a block takes 512 columns and kChunkRows rows of one matrix, P's rows in shared
+//   memory; a second launch adds the row blocks' partials in order (no atomics: a CUDA graph's
+//   replay gives the eager step's bits).
+// Both compute in f32 from M as stored, with Q and P in f32 (cuBLASLt's path rounds them to 16
+// bits for a 16-bit M).
 constexpr int kTransposedThreads = 128;                     // a quad of columns each
-constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64: 3% slower, 256: 20%)
+constexpr int kChunkRows = 128;  // rows a block of the Q product sums (64 and 256 ran slower)
 // A group whose blocks of kChunkRows rows number fewer than this takes smaller row blocks (down
-// to 16 rows): ViT-L's head (1000 x 1024) made 16 blocks of 128 rows, each a chain of 128
-// dependent loads, 19 us for 4 MB (ncu, ec4f7bd); about two blocks per multiprocessor of an H200.
+// to 16 rows): ViT-L's head (1000 x 1024) made only 16 blocks of 128 rows, each a chain of 128
+// dependent loads. About two blocks per multiprocessor of an H200.
 constexpr int64_t kFillBlocks = 256;
 constexpr int kSmallestChunkRows = 16;
 

@@ -175,17 +175,16 @@ void allow_shared(Kernel kernel, size_t bytes) {
 }
 
 // Note [Tensor-core attention]
-// The SIMT kernels above compute in fp32 out of shared memory; in bf16 ViT-L/32 training (50
-// tokens, 16 heads of 64) they took 5.5 ms of a 19 ms step. bf16 and f16 heads of exactly 64
-// dims over at most 64 tokens therefore run the mma.sync kernels of multi_head_attention_tc.cu,
-// which pad each head to one 64 x 64 tile and move it with 16-byte vectors (hence the
-// alignment check). f32 runs the TF32 (m16n8k8) kernels: one TF32 product per product under
-// MatmulPrecision::kTf32, the mode in which its linear layers already take TF32 products
-// (inputs rounded to 10-bit mantissas, PyTorch's allow_tf32), and three under strict kFp32
-// (3xTF32: each operand split into two TF32 parts, about 22 significand bits, the fp32
-// torchvision parity test's tolerance kept); the SIMT kernels took 5.7 ms of an 80 ms fp32 step
-// there. Other head sizes and longer sequences keep the SIMT kernels. This is the only place
-// that chooses.
+// The SIMT kernels above compute in fp32 out of shared memory and were a large part of a
+// ViT-L/32 step (docs/performance.md, "What was tried, in order"). bf16 and f16 heads of
+// exactly 64 dims over at most 64 tokens therefore run the mma.sync kernels of
+// multi_head_attention_tc.cu, which pad each head to one 64 x 64 tile and move it with 16-byte
+// vectors (hence the alignment check). f32 runs the TF32 (m16n8k8) kernels: one TF32 product
+// per product under MatmulPrecision::kTf32, the mode in which its linear layers already take
+// TF32 products (inputs rounded to 10-bit mantissas, PyTorch's allow_tf32), and three under
+// strict kFp32 (3xTF32: each operand split into two TF32 parts, about 22 significand bits, the
+// fp32 torchvision parity test's tolerance kept). Other head sizes and longer sequences keep
+// the SIMT kernels. This is the only place that chooses.
 bool use_tensor_cores(MhaKernel kernel, const Tensor& qkv, int64_t num_heads,
                       std::initializer_list<const Tensor*> tensors) {
   if (kernel == MhaKernel::kSimt) return false;

@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kTcBlock) mha_backward_tc_kernel(const T* __re
 //   big_a small_b), the small terms summed in accumulators of their own and added at the end
 //   (small_a small_b, ~2^-22 of the product, is dropped).
 //   About 22 of f32's 24 significand bits: fp32 accuracy (the fp32 torchvision parity test
-//   holds) on tensor cores, where the SIMT kernels took 5.7 ms of an 80 ms ViT-L/32 step.
+//   holds) on tensor cores, faster than the SIMT kernels.
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k8" .tf32): with g = lane / 4 and c = lane % 4, A (16 x 8)
 // holds (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); B (8 x 8) holds (c, g), (c + 4, g); the
@@ -464,10 +464,10 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&b)[2], const float* tile
 // Eight warps per block for f32, two per row block: warp w owns query (or key) rows
 // [16 (w % 4), +16) and columns [32 (w / 4), +32) of every product's result. The TF32 kernels
 // with four warps of 16 full rows ran 2 blocks (8 warps) per SM in backward, whose 108 KB of
-// tiles allow no more, and their products' dependent chains left the tensor cores idle (ncu:
-// 12% occupancy, 24% of SM throughput, 80 us per ViT-L/32 call in 3xTF32); the two warps of a
-// row block combine their halves of the softmax's row max and sum (and backward's D) through
-// three slots of shared memory after the tiles (publish_rows, softmax_rows).
+// tiles allow no more, and their products' dependent chains left the tensor cores mostly idle
+// (profiled: docs/performance.md); the two warps of a row block combine their halves of the
+// softmax's row max and sum (and backward's D) through three slots of shared memory after the
+// tiles (publish_rows, softmax_rows).
 constexpr int kF32Warps = 2 * kWarps;
 constexpr int kF32Block = 32 * kF32Warps;
 constexpr int kHalf = kTile / 2;      // columns per warp

@@ -72,7 +72,7 @@ __device__ __forceinline__ void report_found(int64_t* report, unsigned long long
 }
 
 // kQuads: every buffer is quad-aligned, and all but the last n % 4 elements go four at a time
-// (the update is memory-bound: ~3.6 GB per step for ViT-L in bf16).
+// (the update is memory-bound: one pass over every flat buffer a step).
 template <typename G, typename P, bool kQuads>
 __global__ void sgd_kernel(float* p, const G* g, P* p16, float* buf, int64_t n, float lr, float mu, float wd,
                            const int64_t* skip, int64_t* report, int64_t base) {

@@ -29,7 +29,7 @@ struct VitConfig {
   // FLOPs of one image's forward pass in its matrix products (2 per multiply-add: patch
   // embedding, every token's q/k/v, output and MLP products, attention's two products per head,
   // the classifier on the class token), elementwise work not counted; ViT-L/32 at 224: 30.8
-  // GFLOP, as NUMBERS.md counts it.
+  // GFLOP, as docs/performance.md counts it.
   double forward_flops_per_image() const;
   // Forward and backward (twice the forward: the input and the weight gradients): 3x forward.
   double training_flops_per_image() const { return 3.0 * forward_flops_per_image(); }
