@@ -34,12 +34,12 @@ int env_int(const char* name) {
   return v;
 }
 
-// The launchers' variables, in the order they are looked up: rank, local rank, world size, and
-// the name of the set.
-constexpr const char* kRankVariables[][4] = {
-    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK"},
-    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI"},
-    {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM"}};
+// The launchers' variables, in the order they are looked up: rank, local rank, world size, the
+// name of the set, and the ranks on this machine (none for srun, whose count may be a list).
+constexpr const char* kRankVariables[][5] = {
+    {"RANK", "LOCAL_RANK", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM", ""}};
 
 std::atomic<int> g_forward_signal{0};
 void remember_signal(int sig) { g_forward_signal.store(sig); }
@@ -64,6 +64,7 @@ RankEnvironment read_rank_environment() {
     env.world_size = env_int(vars[2]);
     env.local_rank_set = std::getenv(vars[1]) != nullptr;
     env.local_rank = env.local_rank_set ? env_int(vars[1]) : env.rank;
+    if (*vars[4] && std::getenv(vars[4])) env.local_world_size = env_int(vars[4]);
     VITDDP_CHECK(env.world_size >= 1, "environment: ", vars[2], " must be >= 1");
     VITDDP_CHECK(env.rank < env.world_size, "environment: ", vars[0], "=", env.rank, " is not below ", vars[2], "=",
                  env.world_size);
@@ -108,6 +109,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
       setenv("VITDDP_RENDEZVOUS", rendezvous.c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);  // multicast off unless the user says otherwise
       std::vector<char*> args;

@@ -1,8 +1,8 @@
 // The launcher and the rank environment.
 //
 // `train --gpus N` (or `--procs N` on the CPU) with no rank environment becomes the launcher:
-// it starts N copies of the same program, each with RANK, LOCAL_RANK, WORLD_SIZE and
-// VITDDP_RENDEZVOUS (a fresh folder for the file store) set, forwards SIGINT/SIGTERM to them,
+// it starts N copies of the same program, each with RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE and VITDDP_RENDEZVOUS (a fresh folder for the file store) set, forwards SIGINT/SIGTERM to them,
 // and when one fails stops the others and exits non-zero naming the first failure. Under an
 // existing launcher (torchrun-style variables, mpirun or srun) the program is a worker at once.
 #pragma once
@@ -21,6 +21,7 @@ struct RankEnvironment {
   int local_rank = 0;        // the rank when the launcher names no local rank
   bool local_rank_set = false;  // the launcher named it (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)
   int world_size = 1;
+  int local_world_size = 0;  // ranks on this machine when the launcher says (LOCAL_WORLD_SIZE, OMPI's); 0: unknown
   std::string rendezvous;    // VITDDP_RENDEZVOUS: folder for the file store
   std::string source;        // which variables: "RANK", "OMPI", "SLURM"
 };

@@ -43,12 +43,9 @@ struct ProcessGroupOptions {
   // Bounds the rendezvous and every collective (Gloo: each send/receive; NCCL: from launch to
   // completion on the communication stream).
   std::chrono::milliseconds timeout{300000};
-  // NCCL: at most this many thread blocks (SMs) per collective (ncclConfig_t::maxCTAs); 0: NCCL's
-  // choice. See --sm-carveout.
-  int max_ctas = 0;
   // NCCL, more than one rank on one host: all-reduces of f32/bf16/f16 go through pinned shared
   // host memory and the copy engines instead of NCCL (distributed/nccl/host_copy_transport.h;
-  // --host-copy-allreduce). Other collectives stay NCCL's. Capturable in a CUDA graph
+  // transport host-copy). Other collectives stay NCCL's. Capturable in a CUDA graph
   // (ProcessGroupNccl::align_host_copy_rings, Note [Replaying host copies]).
   bool host_copy_allreduce = false;
   // With host_copy_allreduce: back-to-back all-reduces on apart buffers overlap their copies

@@ -3,7 +3,7 @@
 # run, ViT-L/32, batch 32, synthetic data, for each precision. Writes one JSON line per run to
 # ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py), then times the
 # loader alone (`train bench loader`, loader.jsonl).
-# VITDDP_FLAGS="--gemm-autotune" goes to every vitddp run.
+# VITDDP_FLAGS="--cuda-graph=false" goes to every vitddp run (default: the program's choices).
 # COMPILE_PRECISIONS="bf16 ..." adds torch.compile(mode="reduce-overhead") rows for those precisions.
 # Usage: scripts/bench_single_gpu.sh BUILD_DIR REFERENCE_SCRIPT [precisions...]
 set -uo pipefail
@@ -19,7 +19,7 @@ results="$out/single_gpu.jsonl"
 export NCCL_NVLS_ENABLE=0
 for p in "${precisions[@]}"; do
   for data in gpu synthetic; do
-    "$build/bin/train" --gpus 1 --precision "$p" --data "$data" --workers 8 --warmup 10 --steps 20 ${VITDDP_FLAGS:-} \
+    "$build/bin/train" --gpus 1 --precision "$p" --data "$data" --steps 30 --set untimed-steps=10 ${VITDDP_FLAGS:-} \
       --print-every 0 --json 2>&1 | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "vitddp $p $data failed"
   done
   gpu_data="--gpu-data"
@@ -28,7 +28,7 @@ for p in "${precisions[@]}"; do
       | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "pytorch $p $extra failed"
   done
 done
-# PyTorch's strongest form (NUMBERS.md): Inductor kernels replayed as CUDA graphs. Compiling takes
+# PyTorch's strongest form: Inductor kernels replayed as CUDA graphs. Compiling takes
 # about a minute per precision, so only the precisions named in COMPILE_PRECISIONS run it.
 for p in ${COMPILE_PRECISIONS:-}; do
   python3 "$reference" --precision "$p" --gpu-data --compile --compile-mode reduce-overhead --warmup 10 --steps 20 \
@@ -38,7 +38,7 @@ done
 python3 "$(dirname "$0")/bench_table.py" "$results"
 # The loader alone, as the loader rows above build it (ViT-L/32's 224x224 synthetic images, batch
 # 32, 8 workers): the rate a step would have to beat for the loader to hold it up.
-"$build/bin/train" bench loader --model vit_l_32 --data synthetic --workers 8 --warmup 10 --steps 200 --json \
+"$build/bin/train" bench loader --model vit_l_32 --data synthetic --set workers=8 --steps 210 --set untimed-steps=10 --json \
   > "$out/loader.jsonl" 2>> "$out/single_gpu.log" || echo "vitddp loader bench failed"
 python3 - "$out/loader.jsonl" <<'PY' || true
 import json, sys

@@ -6,7 +6,7 @@ set -uo pipefail
 build=${1:?build dir}
 shift
 train="$build/bin/train"
-base=(--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 6 --timeout 5 "$@")
+base=(--procs 2 --model vit_tiny --batch-size 4 --set workers=1 --steps 6 --set timeout=5 "$@")
 echo "| fault | exit code | what it said | time to stop (s) |"
 echo "|---|---|---|---|"
 row() {
@@ -23,7 +23,7 @@ row() {
 }
 row "rank 1 exits (status 7) at step 2" "VITDDP_FAULT=1:1:exit"
 row "rank 1 killed by SIGKILL at step 2" "VITDDP_FAULT=1:1:kill"
-row "rank 1 hangs at step 2 (--timeout 5)" "VITDDP_FAULT=1:1:hang"
+row "rank 1 hangs at step 2 (timeout 5 s)" "VITDDP_FAULT=1:1:hang"
 row "rank 1's loss is NaN at step 2" "VITDDP_FAULT=1:1:nan"
 row "rank 1's loss is NaN at step 2, --nonfinite skip" "VITDDP_FAULT=1:1:nan" --nonfinite skip
 row "bad flag (--bucket-mb 0)" "" --bucket-mb 0

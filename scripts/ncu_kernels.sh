@@ -5,7 +5,7 @@
 # clocks are left alone (--clock-control none).
 # Usage: scripts/ncu_kernels.sh BUILD_DIR KERNEL_REGEX [PRECISION] [LAUNCH_COUNT]
 # e.g. scripts/ncu_kernels.sh build-gpu 'layer_norm|gelu|add_words' bf16 200
-# NCU_TRAIN_FLAGS: more train flags (e.g. "--ddp --hook powersgd --powersgd-rank 4" for the hook's
+# NCU_TRAIN_FLAGS: more train flags (e.g. "--set ddp=true --hook powersgd --powersgd-rank 4" for the hook's
 # kernels on one GPU); NCU_DETAIL=1 adds the memory-workload and warp-state sections to the CSV.
 set -uo pipefail
 build=${1:?build dir}
@@ -22,7 +22,7 @@ ncu --clock-control none --target-processes all --nvtx --nvtx-include "vitddp@st
   --kernel-name "regex:$regex" --launch-count "$count" \
   --section SpeedOfLight --section Occupancy --section LaunchStats \
   ${NCU_DETAIL:+--section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats} --csv \
-  "$build/bin/train" --gpus 1 --model vit_l_32 --precision "$precision" --data gpu --warmup 2 --steps 2 \
+  "$build/bin/train" --gpus 1 --model vit_l_32 --precision "$precision" --data gpu --steps 4 --cuda-graph=false \
   --print-every 0 ${NCU_TRAIN_FLAGS:-} > "$out/ncu_$precision.csv" 2> "$out/ncu_$precision.log"
 status=$?
 echo "ncu exit $status ($out/ncu_$precision.csv)"

@@ -3,6 +3,8 @@
 #include "framework/core/message_text.h"
 #include "train/checkpoint.h"
 
+#include "train/config.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -723,7 +725,9 @@ std::vector<std::string> resume_setting_changes(const nlohmann::json& saved, con
   for (const char* key : {"seed", "data", "dataset-size", "batch-size", "accumulate", "precision", "image-size",
                           "dropout", "bucket-mb", "first-bucket-mb", "early-bucket-mb", "tail-bucket-mb"}) {
     if (!saved.is_object() || !now.is_object() || !saved.contains(key) || !now.contains(key)) continue;
-    if (saved[key] != now[key]) changes.push_back(std::string("--") + key + " " + saved[key].dump() + " -> " + now[key].dump());
+    if (saved[key] != now[key])
+      changes.push_back((is_public_flag(key) ? "--" : "") + std::string(key) + " " + saved[key].dump() + " -> " +
+                        now[key].dump());
   }
   return changes;
 }

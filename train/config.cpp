@@ -1,10 +1,13 @@
 #include "train/config.h"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
-#include <set>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <variant>
 #include <vector>
@@ -18,150 +21,146 @@ namespace {
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, std::string*, bool*>;
 
+// The groups of `train --help`, in order; kExpert: a config key only (`train --help-expert`).
+enum class Group { kWhere, kModel, kData, kOptimisation, kDataParallel, kSpeed, kState, kOutput, kExpert };
+
 struct OptionSpec {
   const char* name;  // flag without dashes, and JSON key
   FieldPtr field;
+  Group group;
   const char* help;
 };
 
 std::vector<OptionSpec> option_table(TrainConfig& c) {
+  using G = Group;
   return {
-      {"device", &c.device, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
-      {"gpus", &c.gpus, "number of GPUs to train on (one process each)"},
-      {"procs", &c.procs, "data-parallel training on this many CPU processes (Gloo)"},
-      {"ddp", &c.ddp,
-       "data-parallel machinery even on one process: a process group of one and the reducer (PyTorch's DDP "
-       "wrapper on one GPU); more than one process always uses it"},
-      {"bucket-mb", &c.bucket_mb, "gradient bucket size in MB (PyTorch's bucket_cap_mb)"},
-      {"first-bucket-mb", &c.first_bucket_mb, "size of the first (earliest-ready) bucket in MB"},
-      {"early-bucket-mb", &c.early_bucket_mb,
-       "DDP: sizes in MB of the buckets after the first, in ready order, comma-separated (\"10,25\": bucket 1 of "
-       "10 MB, bucket 2 of 25); the later ones take --bucket-mb. Small held buckets and a small one after them "
-       "keep a slow link busy after the first bucket (empty: all --bucket-mb)"},
-      {"tail-bucket-mb", &c.tail_bucket_mb,
-       "DDP: the last --bucket-mb of gradients (the first layers', ready as backward ends) go in buckets of this "
-       "many MB, below --bucket-mb, so less communication is left when backward ends (0: off; with "
-       "--ready-order-share < 1 those buckets go after backward anyway)"},
-      {"hook", &c.hook, "gradient communication: allreduce, fp16, bf16 or powersgd"},
-      {"powersgd-rank", &c.powersgd_rank, "PowerSGD matrix approximation rank"},
-      {"powersgd-start-iter", &c.powersgd_start_iter, "steps of plain all-reduce before PowerSGD compresses"},
-      {"powersgd-error-dtype", &c.powersgd_error_dtype,
-       "PowerSGD's error feedback (and the matrix it compresses) in f32, or in the bucket's dtype as PyTorch's "
-       "hook keeps it (bucket: with bf16 training, half the bytes through the hook's passes)"},
-      {"powersgd-products", &c.powersgd_products,
-       "PowerSGD's products P = M Q and Q = M^T P: passes (P fused into the compensation, Q a pass of its own; "
-       "ranks 4 and 8 on a GPU, any on the CPU) or gemm (through cuBLASLt or the CPU's matrix products)"},
-      {"powersgd-error-settle", &c.powersgd_error_settle,
-       "when PowerSGD subtracts what it sent from the error: late (by the next step's compensation, where the "
-       "products are passes and Q is warm-started; the expansion then only writes the bucket) or eager (by the "
-       "expansion, as PyTorch's hook)"},
-      {"grad-as-bucket-view", &c.grad_as_bucket_view,
-       "gradients are views into the buckets, no copies (default on; --grad-as-bucket-view=false copies)"},
-      {"static-graph", &c.static_graph,
-       "accepted for parity with PyTorch DDP: vitddp's reducer never walks the graph, so it changes nothing"},
-      {"find-unused-parameters", &c.find_unused_parameters, "all-reduce zero gradients of parameters the loss did not use"},
-      {"accumulate", &c.accumulate, "micro-batches per optimizer step; only the last communicates"},
-      {"concurrent-wgrad", &c.concurrent_wgrad,
-       "GPU: each linear layer's weight gradient is computed on a second stream beside its input gradient, so "
-       "that the two products fill each other's last, partly idle wave of tiles (false: one after the other)"},
-      {"sm-carveout", &c.sm_carveout,
-       "GPU DDP: NCCL uses at most N SMs per collective and backward's matrix products are tuned for the other "
-       "SMs, so communication kernels running beside them do not leave GEMM waves one SM short (0: off)"},
-      {"bind-cpus", &c.bind_cpus,
-       "hold each rank's training thread to N CPUs of its own (local rank r: the r-th N of the CPUs it may use), "
-       "set before the first step, after NCCL's and the loader's threads have started (0: anywhere)"},
-      {"launch-window", &c.launch_window,
-       "GPU: ops the host may queue ahead of the GPU before it waits, polling, outside the CUDA driver (0: no "
-       "limit, the driver's queue holds the host back)"},
-      {"update-in-forward", &c.update_in_forward,
-       "DDP: the step ends when backward is issued; each bucket's optimizer update is applied when the next "
-       "forward first uses its parameters, after its all-reduce only, so communication runs on beside the next "
-       "forward (weights bit-identical to the plain update at --sm-carveout 0; needs --nonfinite stop)"},
-      {"update-in-backward", &c.update_in_backward,
-       "DDP: each bucket's optimizer update runs right after its communication, on a stream of its own beside the "
-       "rest of backward, instead of in one pass after backward (weights bit-identical to the plain update; needs "
-       "--nonfinite stop and --hook allreduce or powersgd, or bf16 in bf16 training)"},
-      {"shard-update", &c.shard_update,
-       "DDP: each bucket is reduce-scattered; each rank updates its own part of it, beside backward as with "
-       "--update-in-backward, and the ranks all-gather the updated weights (ZeRO stage 1: the update's work and "
-       "the master weights' reads divided by the ranks, the bytes on the link unchanged; weights bit-identical "
-       "to the plain update with 2 ranks; needs --hook allreduce and --nonfinite stop)"},
-      {"nccl-register", &c.nccl_register,
-       "GPU DDP: the gradient buffer comes from ncclMemAlloc and is registered with the communicator, so NCCL's "
-       "all-reduce works on the buckets in place over NVLink instead of through its staging buffers"},
-      {"host-copy-allreduce", &c.host_copy_allreduce,
-       "GPU DDP on one host: all-reduces go through pinned shared host memory, moved by the copy engines and paced "
-       "by stream memory operations, instead of NCCL (no kernel spins on the SMs beside backward; for GPUs without "
-       "peer access: NCCL_P2P_DISABLE=1, PCIe servers); works under --cuda-graph"},
-      {"host-copy-overlap", &c.host_copy_overlap,
-       "with --host-copy-allreduce: an all-reduce's copies start while the last one's final chunks still come in "
-       "(their buffers apart), so the link does not drain between DDP's buckets (default off: each starts after "
-       "the last one ended)"},
-      {"host-copy-reduce-beside", &c.host_copy_reduce_beside,
-       "with --host-copy-allreduce: the additions of received chunks run on a stream of their own beside the "
-       "copies, so the host -> device copies do not wait for them (default off: on the receiving stream)"},
-      {"cuda-graph", &c.cuda_graph,
-       "GPU: from the third step on (with --hook powersgd, once a compressed step has run), forward, backward and "
-       "DDP's bucket collectives are replayed as one CUDA graph "
-       "captured from that step (the optimizer runs after it, or inside it with --update-in-backward), so the host issues a step in a few launches; a "
-       "setting the graph cannot replay says why at start and every step runs eagerly"},
-      {"ready-order-share", &c.ready_order_share,
-       "DDP: share of the gradient bytes all-reduced in the order backward makes them ready; the remaining buckets "
-       "go after backward, the first layers' first, for the next forward (< 1 needs --update-in-forward; 1: all in "
-       "ready order, as PyTorch)"},
-      {"held-buckets", &c.held_buckets,
-       "DDP with --update-in-forward and --ready-order-share < 1: buckets 1..N (the layers just before the "
-       "last, made right after bucket 0) are sent after all others, so the link's last bytes of a step are layers "
-       "the next forward runs last and the link idles only through those (0: none)"},
-      {"gemm-autotune", &c.gemm_autotune,
-       "GPU: time cuBLASLt's candidate algorithms once per matrix-product shape and keep the fastest; the choices "
-       "are kept in --gemm-cache-dir so that later runs (a resumed one) make the same ones (false: cuBLASLt's "
-       "heuristic's first choice)"},
-      {"gemm-candidates", &c.gemm_candidates,
-       "GPU: how many of cuBLASLt's heuristic candidates --gemm-autotune times per matrix-product shape (more: a "
-       "longer first step, perhaps faster products; kept in a cache file of their own)"},
-      {"gemm-cache-dir", &c.gemm_cache_dir,
-       "folder for --gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
-      {"timeout", &c.timeout, "seconds a collective may take before the run stops with an error"},
-      {"checkpoint-dir", &c.checkpoint_dir, "folder for checkpoints (each rank writes its own files)"},
-      {"checkpoint-every", &c.checkpoint_every, "save a checkpoint every N steps (0: only when stopped by a signal)"},
-      {"checkpoint-keep", &c.checkpoint_keep, "whole checkpoints to keep"},
-      {"resume", &c.resume, "continue from the newest whole checkpoint in --checkpoint-dir"},
-      {"nonfinite", &c.nonfinite, "a NaN or Inf gradient: stop (exit 5, naming the parameter) or skip the step"},
-      {"model", &c.model, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto"},
-      {"image-size", &c.image_size, "override the model's image size"},
-      {"patch-size", &c.patch_size, "override the model's patch size"},
-      {"layers", &c.layers, "override the number of encoder layers"},
-      {"heads", &c.heads, "override the number of attention heads"},
-      {"hidden-dim", &c.hidden_dim, "override the hidden dimension"},
-      {"mlp-dim", &c.mlp_dim, "override the MLP dimension"},
-      {"classes", &c.classes, "override the number of classes"},
-      {"dropout", &c.dropout, "dropout probability in the encoder (torchvision default 0)"},
-      {"init-from", &c.init_from, "load weights by torchvision name from a safetensors file"},
-      {"save", &c.save, "write the trained weights to this safetensors file"},
-      {"data", &c.data, "synthetic (random images), learnable (class patterns + noise), gpu, or a .safetensors file"},
-      {"dataset-size", &c.dataset_size, "samples in the synthetic dataset (0: enough for the run)"},
-      {"workers", &c.workers, "loader worker threads"},
-      {"batch-size", &c.batch_size, "images per step per GPU"},
-      {"steps", &c.steps, "timed training steps"},
-      {"warmup", &c.warmup, "untimed warm-up steps before them"},
-      {"optimizer", &c.optimizer, "sgd or adamw"},
-      {"lr", &c.lr, "learning rate"},
-      {"momentum", &c.momentum, "SGD momentum"},
-      {"weight-decay", &c.weight_decay, "weight decay (decoupled for adamw)"},
-      {"seed", &c.seed, "seed for weights, data and dropout"},
-      {"precision", &c.precision, "fp32, tf32 or bf16"},
-      {"json", &c.json, "print one machine-readable JSON result line at the end"},
-      {"print-every", &c.print_every, "print a progress line every N steps (0: never)"},
-      {"profile-steps", &c.profile_steps,
-       "A:B: call cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys's cudaProfilerApi capture"},
-      {"op-breakdown", &c.op_breakdown,
-       "GPU: after the timed steps, run two more (their updates are kept): one timing how long the host takes to "
-       "issue a step against when the GPU finishes it, one timed op by op (CUDA events), and print where it goes"},
-      {"trace", &c.trace,
-       "write a Chrome trace (Perfetto, chrome://tracing) of every step and rank to FILE, with per-step and "
-       "per-bucket analysis (exposed communication, overlap)"},
+      // where
+      {"device", &c.device, G::kWhere, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
+      {"gpus", &c.gpus, G::kWhere, "train on N GPUs of this machine, one process each (NCCL)"},
+      {"procs", &c.procs, G::kWhere, "train on N CPU processes (Gloo)"},
+      // model
+      {"model", &c.model, G::kModel, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto (vit_l_32 on a "
+                                     "GPU, vit_tiny on the CPU)"},
+      {"dropout", &c.dropout, G::kModel, "dropout probability in the encoder (torchvision's default 0)"},
+      {"init-from", &c.init_from, G::kModel, "load weights by torchvision name from a safetensors file"},
+      // data
+      {"data", &c.data, G::kData, "synthetic (random images), learnable (class patterns + noise), gpu (made on the "
+                                  "GPU, no loader) or a .safetensors file of images and labels"},
+      {"batch-size", &c.batch_size, G::kData, "images per step per GPU (or per CPU process)"},
+      // optimisation
+      {"steps", &c.steps, G::kOptimisation, "optimizer steps in all (the first few are left out of the timing)"},
+      {"optimizer", &c.optimizer, G::kOptimisation, "sgd or adamw"},
+      {"lr", &c.lr, G::kOptimisation, "learning rate"},
+      {"momentum", &c.momentum, G::kOptimisation, "SGD momentum"},
+      {"weight-decay", &c.weight_decay, G::kOptimisation, "weight decay (decoupled for adamw)"},
+      {"seed", &c.seed, G::kOptimisation, "seed for weights, data and dropout"},
+      {"precision", &c.precision, G::kOptimisation, "fp32, tf32 or bf16 (bf16: mixed precision, f32 master weights)"},
+      {"accumulate", &c.accumulate, G::kOptimisation, "micro-batches per optimizer step; only the last communicates"},
+      {"nonfinite", &c.nonfinite, G::kOptimisation,
+       "a NaN or Inf gradient: stop (exit 5, naming the parameter) or skip the step"},
+      // data parallel
+      {"bucket-mb", &c.bucket_mb, G::kDataParallel,
+       "gradient bucket size in MB (PyTorch's bucket_cap_mb; chosen from the link when not given)"},
+      {"hook", &c.hook, G::kDataParallel, "gradient communication: allreduce, fp16, bf16 or powersgd"},
+      {"powersgd-rank", &c.powersgd_rank, G::kDataParallel, "PowerSGD's matrix approximation rank"},
+      {"powersgd-start-iter", &c.powersgd_start_iter, G::kDataParallel,
+       "steps of plain all-reduce before PowerSGD compresses"},
+      {"grad-as-bucket-view", &c.grad_as_bucket_view, G::kDataParallel,
+       "gradients are views into the buckets, no copies (=false copies, as PyTorch's default)"},
+      {"static-graph", &c.static_graph, G::kDataParallel,
+       "accepted for parity with PyTorch DDP: the reducer never walks the graph, so it changes nothing"},
+      {"find-unused-parameters", &c.find_unused_parameters, G::kDataParallel,
+       "all-reduce zero gradients of parameters the loss did not use"},
+      // speed
+      {"cuda-graph", &c.cuda_graph, G::kSpeed,
+       "GPU: replay each step as one CUDA graph (bit-identical; on wherever the step can be replayed, =false: "
+       "eager)"},
+      // state
+      {"checkpoint-dir", &c.checkpoint_dir, G::kState, "folder for checkpoints (each rank writes its own files)"},
+      {"checkpoint-every", &c.checkpoint_every, G::kState,
+       "save a checkpoint every N steps (0: only when stopped by a signal)"},
+      {"resume", &c.resume, G::kState, "continue from the newest whole checkpoint in --checkpoint-dir"},
+      {"save", &c.save, G::kState, "write the trained weights to this safetensors file (torchvision's names)"},
+      // output
+      {"json", &c.json, G::kOutput, "print one machine-readable JSON result line at the end"},
+      {"print-every", &c.print_every, G::kOutput, "print a progress line every N steps (0: never)"},
+      {"trace", &c.trace, G::kOutput,
+       "write a Chrome trace (Perfetto) of every step and rank to FILE, with exposed communication per bucket"},
+      {"profile-steps", &c.profile_steps, G::kOutput,
+       "A:B: cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys --capture-range=cudaProfilerApi"},
+      {"op-breakdown", &c.op_breakdown, G::kOutput,
+       "GPU: after the run, two more steps (their updates kept): the host's issue time against the GPU's, and GPU "
+       "time per op"},
+      // expert keys: the effect of each as measured (docs/performance.md), or what it is for
+      {"ddp", &c.ddp, G::kExpert,
+       "the data-parallel machinery on one process (PyTorch's DDP on 1 GPU); measured 0.95-0.99x of no DDP"},
+      {"image-size", &c.image_size, G::kExpert, "override the model's image size"},
+      {"patch-size", &c.patch_size, G::kExpert, "override the model's patch size"},
+      {"layers", &c.layers, G::kExpert, "override the number of encoder layers"},
+      {"heads", &c.heads, G::kExpert, "override the number of attention heads"},
+      {"hidden-dim", &c.hidden_dim, G::kExpert, "override the hidden dimension"},
+      {"mlp-dim", &c.mlp_dim, G::kExpert, "override the MLP dimension"},
+      {"classes", &c.classes, G::kExpert, "override the number of classes"},
+      {"dataset-size", &c.dataset_size, G::kExpert, "samples in the synthetic datasets (an epoch)"},
+      {"workers", &c.workers, G::kExpert,
+       "loader threads (batches depend on the step alone, not on this); chosen from the CPUs per rank, at most 8: "
+       "8 decode well above a bf16 ViT-L/32 step's rate on an H200"},
+      {"untimed-steps", &c.untimed_steps, G::kExpert,
+       "first steps of a process the timing leaves out (set-up, GEMM tuning, the graph's capture); chosen to cover "
+       "the capture"},
+      {"first-bucket-mb", &c.first_bucket_mb, G::kExpert,
+       "the first (earliest-ready) bucket's cap in MB (PyTorch's 1); 10 in the P2P-off bf16 recipe"},
+      {"early-bucket-mb", &c.early_bucket_mb, G::kExpert,
+       "caps in MB of buckets 1, 2, ..., comma-separated (\"10,25\"); not yet measured on two GPUs"},
+      {"tail-bucket-mb", &c.tail_bucket_mb, G::kExpert,
+       "the first layers' last bucket-mb of gradients in buckets this small (0: off); +1.7% on 2 H200s over NVLink "
+       "in bf16 at 25 with 100 MB buckets, chosen there"},
+      {"powersgd-error-dtype", &c.powersgd_error_dtype, G::kExpert,
+       "PowerSGD's error feedback in f32 or in the bucket's dtype, as PyTorch's hook (bucket: +10% on 2 H200s with "
+       "P2P off in bf16, loss within 2.2%)"},
+      {"update", &c.update, G::kExpert,
+       "where DDP's optimizer update runs: after-backward, next-forward (each bucket's when the next forward first "
+       "uses it: +24% with P2P off in bf16, chosen there) or sharded (ZeRO-1: each rank its part beside backward, "
+       "the weights all-gathered: +1.4% over NVLink in bf16, chosen there); bit-identical on 2 ranks"},
+      {"ready-order-share", &c.ready_order_share, G::kExpert,
+       "update next-forward: share of the gradient bytes sent in ready order, the rest first layers first (0.3 with "
+       "the host copy, 0.35 with NCCL, chosen with P2P off)"},
+      {"held-buckets", &c.held_buckets, G::kExpert,
+       "update next-forward with ready-order-share < 1: buckets 1..N sent last (+2.3-2.9% with the host copy at 1, "
+       "chosen there)"},
+      {"transport", &c.transport, G::kExpert,
+       "how GPU all-reduces move: nccl, or host-copy (pinned shared host memory and the copy engines, no SMs: "
+       "+7% fp32 and +26% bf16 on 2 H200s without peer access, chosen there)"},
+      {"host-copy-overlap", &c.host_copy_overlap, G::kExpert,
+       "transport host-copy: an all-reduce's copies start while the last one's end; not yet measured on two GPUs"},
+      {"host-copy-reduce-beside", &c.host_copy_reduce_beside, G::kExpert,
+       "transport host-copy: additions on a stream beside the receiving copies; not yet measured on two GPUs"},
+      {"timeout", &c.timeout, G::kExpert, "seconds a collective may take before the run stops with an error"},
+      {"concurrent-wgrad", &c.concurrent_wgrad, G::kExpert,
+       "GPU: a linear layer's weight gradient on a second stream beside its input gradient (bit-identical; +0.8% "
+       "fp32 on an H200)"},
+      {"gemm-autotune", &c.gemm_autotune, G::kExpert,
+       "GPU: time cuBLASLt's candidates once per product shape and keep the fastest, kept in gemm-cache-dir so "
+       "that later runs repeat them (+7% bf16 on an H200; false: the heuristic's first choice)"},
+      {"gemm-cache-dir", &c.gemm_cache_dir, G::kExpert,
+       "folder of gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
+      {"checkpoint-keep", &c.checkpoint_keep, G::kExpert, "whole checkpoints to keep"},
   };
+}
+
+const char* group_title(Group g) {
+  switch (g) {
+    case Group::kWhere: return "Where";
+    case Group::kModel: return "Model";
+    case Group::kData: return "Data";
+    case Group::kOptimisation: return "Optimisation";
+    case Group::kDataParallel: return "Data parallel";
+    case Group::kSpeed: return "Speed";
+    case Group::kState: return "State";
+    case Group::kOutput: return "Output";
+    case Group::kExpert: return "Expert";
+  }
+  return "";
 }
 
 std::string type_name(const FieldPtr& f) {
@@ -205,6 +204,32 @@ void apply_json_value(const OptionSpec& spec, const nlohmann::json& value, const
       spec.field);
   VITDDP_CHECK(ok, file, ": \"", spec.name, "\" must be ", type_name(spec.field), ", got ",
                sanitize_for_message(value.dump(), 80));
+}
+
+// A --set value as the key's JSON type: booleans true/false (1/0, on/off), decimal numbers,
+// strings as they are. nullopt when it is not of that type.
+std::optional<nlohmann::json> value_of_text(const FieldPtr& field, const std::string& text) {
+  return std::visit(
+      [&](auto* p) -> std::optional<nlohmann::json> {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (text == "true" || text == "1" || text == "on") return nlohmann::json(true);
+          if (text == "false" || text == "0" || text == "off") return nlohmann::json(false);
+          return std::nullopt;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return nlohmann::json(text);
+        } else {
+          // Decimal numbers only (the JSON parser alone would take "1e400" as a double's Inf).
+          if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string::npos) return std::nullopt;
+          nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+          if (!v.is_number()) return std::nullopt;
+          if constexpr (std::is_same_v<T, double>) {
+            if (!std::isfinite(v.get<double>())) return std::nullopt;
+          }
+          return v;
+        }
+      },
+      field);
 }
 
 void load_json_config(const std::string& path, TrainConfig& config) {
@@ -257,6 +282,38 @@ class ConfigShape final : public JsonStructurePass {
   int depth_ = 0;
 };
 
+// What replaced a flag of earlier versions, for scripts that still pass it; null for others.
+const char* removed_flag(const std::string& key) {
+  static const std::map<std::string, const char*> removed = {
+      {"warmup", "--steps counts every step; the first few of a process are left out of the timing (untimed-steps)"},
+      {"update-in-forward", "give --set update=next-forward (chosen with P2P off in bf16)"},
+      {"shard-update", "give --set update=sharded (chosen over NVLink in bf16)"},
+      {"host-copy-allreduce", "give --set transport=host-copy (chosen where GPUs lack peer access)"},
+      {"update-in-backward", "it never paid (docs/tried.md); --set update=sharded updates beside backward"},
+      {"sm-carveout", "it never paid once weight gradients ran beside input gradients (docs/tried.md)"},
+      {"bind-cpus", "it never paid (docs/tried.md)"},
+      {"launch-window", "it never paid (docs/tried.md)"},
+      {"nccl-register", "it never paid (docs/tried.md)"},
+      {"gemm-candidates", "more candidates never paid (docs/tried.md)"},
+      {"powersgd-products", "the bucket passes always beat the matrix products where they apply, and are taken there"},
+      {"powersgd-error-settle", "the error settled a step late always paid where it applies, and is taken there"},
+  };
+  auto it = removed.find(key);
+  return it == removed.end() ? nullptr : it->second;
+}
+
+const OptionSpec* find_spec(const std::vector<OptionSpec>& table, const std::string& key) {
+  for (const auto& s : table)
+    if (key == s.name) return &s;
+  return nullptr;
+}
+
+std::string known_keys(const std::vector<OptionSpec>& table) {
+  std::string known;
+  for (const auto& s : table) known += (known.empty() ? "" : ", ") + std::string(s.name);
+  return known;
+}
+
 }  // namespace
 
 void parse_json_config(const std::string& text, const std::string& path, TrainConfig* config) {
@@ -273,21 +330,54 @@ void parse_json_config(const std::string& text, const std::string& path, TrainCo
   VITDDP_CHECK(doc.is_object(), path, ": a config file must hold a JSON object");
   auto table = option_table(*config);
   for (auto& [key, value] : doc.items()) {
-    const OptionSpec* spec = nullptr;
-    for (const auto& s : table)
-      if (key == s.name) spec = &s;
-    if (!spec) {
-      std::string known;
-      for (const auto& s : table) known += (known.empty() ? "" : ", ") + std::string(s.name);
-      throw Error(path + ": unknown key \"" + sanitize_for_message(key, 80) + "\" (known: " + known + ")");
-    }
+    const OptionSpec* spec = find_spec(table, key);
+    if (!spec)
+      throw Error(path + ": unknown key \"" + sanitize_for_message(key, 80) + "\" (known: " + known_keys(table) + ")");
     apply_json_value(*spec, value, path);
+    config->given.insert(spec->name);
   }
 }
 
-void check_timeout_flag(double seconds) {
+void apply_setting(const std::string& key_value, TrainConfig* config) {
+  const size_t eq = key_value.find('=');
+  VITDDP_CHECK(eq != std::string::npos && eq > 0, "--set takes KEY=VALUE, got '", sanitize_for_message(key_value, 80),
+               "'");
+  const std::string key = key_value.substr(0, eq), text = key_value.substr(eq + 1);
+  auto table = option_table(*config);
+  const OptionSpec* spec = find_spec(table, key);
+  VITDDP_CHECK(spec, "--set: unknown key '", sanitize_for_message(key, 80), "' (train --help-expert lists the keys)");
+  std::optional<nlohmann::json> value = value_of_text(spec->field, text);
+  VITDDP_CHECK(value.has_value(), "--set ", key, ": '", sanitize_for_message(text, 80), "' is not ",
+               type_name(spec->field));
+  apply_json_value(*spec, *value, "--set");
+  config->given.insert(spec->name);
+}
+
+bool is_public_flag(const std::string& key) {
+  TrainConfig scratch;
+  const auto table = option_table(scratch);
+  const OptionSpec* spec = find_spec(table, key);
+  return spec && spec->group != Group::kExpert;
+}
+
+std::string expert_help() {
+  TrainConfig defaults;
+  std::ostringstream out;
+  out << "Expert keys: settings the program chooses itself (it says what it chose, and why, when a run starts).\n"
+         "Give one in a --config file ({\"transport\": \"nccl\"}) or as --set KEY=VALUE; a key given is never "
+         "changed.\nEffects as measured on H200s (docs/performance.md).\n\n";
+  for (const auto& spec : option_table(defaults)) {
+    if (spec.group != Group::kExpert) continue;
+    std::string value;
+    std::visit([&](auto* p) { value = nlohmann::json(*p).dump(); }, spec.field);
+    out << "  " << spec.name << " (default " << value << ")\n      " << spec.help << "\n";
+  }
+  return out.str();
+}
+
+void check_timeout_flag(double seconds, const char* name) {
   // A millisecond at least (collectives are timed in ms), and no deadline past the clock's range.
-  VITDDP_CHECK(seconds >= 0.001 && seconds <= 1e7, "--timeout must be in [0.001, 1e7] seconds, got ", seconds);
+  VITDDP_CHECK(seconds >= 0.001 && seconds <= 1e7, name, " must be in [0.001, 1e7] seconds, got ", seconds);
 }
 
 void check_procs_flag(int64_t procs) {
@@ -305,49 +395,44 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(gpus >= 0, "--gpus must be >= 0, got ", gpus);
   check_procs_flag(procs);
   VITDDP_CHECK(gpus == 0 || procs == 0, "--gpus and --procs exclude each other");
-  VITDDP_CHECK(!op_breakdown || (procs == 0 && device != "cpu"),
-               "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
-  VITDDP_CHECK(!nccl_register || (procs == 0 && device != "cpu"),
-               "--nccl-register registers gradients with NCCL: it needs a GPU, not --procs or --device cpu");
-  VITDDP_CHECK(!host_copy_allreduce || (procs == 0 && device != "cpu"),
-               "--host-copy-allreduce moves GPU buffers with the copy engines: it needs a GPU, not --procs or --device "
-               "cpu");
-  VITDDP_CHECK(!cuda_graph || (procs == 0 && device != "cpu"),
+  const bool on_cpu = procs > 0 || device == "cpu";
+  VITDDP_CHECK(!op_breakdown || !on_cpu, "--op-breakdown times CUDA kernels: it needs a GPU, not --procs or --device cpu");
+  VITDDP_CHECK(transport != "host-copy" || !on_cpu, "transport host-copy moves GPU buffers with the copy engines: it "
+               "needs a GPU, not --procs or --device cpu");
+  VITDDP_CHECK(!(cuda_graph && is_given("cuda-graph")) || !on_cpu,
                "--cuda-graph replays CUDA work: it needs a GPU, not --procs or --device cpu");
   VITDDP_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, "--bucket-mb must be > 0, got ", bucket_mb);
-  VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "--first-bucket-mb must be > 0, got ", first_bucket_mb);
+  VITDDP_CHECK(first_bucket_mb > 0 && first_bucket_mb <= 1e6, "first-bucket-mb must be > 0, got ", first_bucket_mb);
   early_bucket_mbs();  // throws on a bad list
-  VITDDP_CHECK(!host_copy_overlap || host_copy_allreduce, "--host-copy-overlap changes how --host-copy-allreduce's "
-               "all-reduces follow each other: it needs --host-copy-allreduce");
-  VITDDP_CHECK(!host_copy_reduce_beside || host_copy_allreduce, "--host-copy-reduce-beside changes where "
-               "--host-copy-allreduce adds received chunks: it needs --host-copy-allreduce");
-  VITDDP_CHECK(tail_bucket_mb == 0 || (tail_bucket_mb >= 1e-6 && tail_bucket_mb < bucket_mb), "--tail-bucket-mb must "
+  VITDDP_CHECK(transport == "nccl" || transport == "host-copy", "transport must be nccl or host-copy, got '",
+               transport, "'");
+  VITDDP_CHECK(!host_copy_overlap || transport == "host-copy", "host-copy-overlap changes how the host copy's "
+               "all-reduces follow each other: it needs transport host-copy");
+  VITDDP_CHECK(!host_copy_reduce_beside || transport == "host-copy", "host-copy-reduce-beside changes where the host "
+               "copy adds received chunks: it needs transport host-copy");
+  VITDDP_CHECK(tail_bucket_mb == 0 || (tail_bucket_mb >= 1e-6 && tail_bucket_mb < bucket_mb), "tail-bucket-mb must "
                "be 0 (off) or in [1e-06, --bucket-mb ", bucket_mb, "), got ", tail_bucket_mb);
   VITDDP_CHECK(hook == "allreduce" || hook == "fp16" || hook == "bf16" || hook == "powersgd", "unknown hook '", hook,
                "' (allreduce, fp16, bf16, powersgd)");
   VITDDP_CHECK(powersgd_rank >= 1, "--powersgd-rank must be >= 1, got ", powersgd_rank);
   VITDDP_CHECK(powersgd_start_iter >= 0, "--powersgd-start-iter must be >= 0, got ", powersgd_start_iter);
   VITDDP_CHECK(powersgd_error_dtype == "f32" || powersgd_error_dtype == "bucket",
-               "--powersgd-error-dtype must be f32 or bucket, got '", powersgd_error_dtype, "'");
-  VITDDP_CHECK(powersgd_products == "passes" || powersgd_products == "gemm",
-               "--powersgd-products must be passes or gemm, got '", powersgd_products, "'");
-  VITDDP_CHECK(powersgd_error_settle == "late" || powersgd_error_settle == "eager",
-               "--powersgd-error-settle must be late or eager, got '", powersgd_error_settle, "'");
+               "powersgd-error-dtype must be f32 or bucket, got '", powersgd_error_dtype, "'");
   VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
   check_timeout_flag(timeout);
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");
-  for (auto [v, name] : {std::pair{image_size, "--image-size"}, {patch_size, "--patch-size"}, {layers, "--layers"},
-                         {heads, "--heads"}, {hidden_dim, "--hidden-dim"}, {mlp_dim, "--mlp-dim"},
-                         {classes, "--classes"}})
+  for (auto [v, name] : {std::pair{image_size, "image-size"}, {patch_size, "patch-size"}, {layers, "layers"},
+                         {heads, "heads"}, {hidden_dim, "hidden-dim"}, {mlp_dim, "mlp-dim"}, {classes, "classes"}})
     VITDDP_CHECK(v >= 0, name, " must be positive, got ", v);
   VITDDP_CHECK(batch_size > 0, "--batch-size must be positive, got ", batch_size);
   VITDDP_CHECK(batch_size <= 1 << 20, "--batch-size ", batch_size, " is too large");
-  // Bounded so that warmup + steps cannot overflow; the step clock keeps an entry per step.
+  // Bounded so that step counts cannot overflow; the step clock keeps an entry per step.
   VITDDP_CHECK(steps > 0 && steps <= 100000000, "--steps must be in [1, 100000000], got ", steps);
-  VITDDP_CHECK(warmup >= 0 && warmup <= 100000000, "--warmup must be in [0, 100000000], got ", warmup);
-  VITDDP_CHECK(dataset_size >= 0 && dataset_size <= kMaxDatasetSize, "--dataset-size must be in [0, ", kMaxDatasetSize,
+  VITDDP_CHECK(untimed_steps >= 0 && untimed_steps <= 100000000, "untimed-steps must be in [0, 100000000], got ",
+               untimed_steps);
+  VITDDP_CHECK(dataset_size > 0 && dataset_size <= kMaxDatasetSize, "dataset-size must be in [1, ", kMaxDatasetSize,
                "], got ", dataset_size);
-  VITDDP_CHECK(workers >= 0 && workers <= 256, "--workers must be in [0, 256], got ", workers);
+  VITDDP_CHECK(workers >= 0 && workers <= 256, "workers must be in [0, 256], got ", workers);
   VITDDP_CHECK(optimizer == "sgd" || optimizer == "adamw", "unknown optimizer '", optimizer, "' (sgd, adamw)");
   VITDDP_CHECK(lr >= 0, "--lr must be >= 0, got ", lr);
   VITDDP_CHECK(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got ", momentum);
@@ -355,57 +440,40 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got ", dropout);
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
-  VITDDP_CHECK(sm_carveout >= 0 && sm_carveout <= 64, "--sm-carveout must be in [0, 64], got ", sm_carveout);
-  VITDDP_CHECK(bind_cpus >= 0 && bind_cpus <= 1024, "--bind-cpus must be in [0, 1024], got ", bind_cpus);
-  VITDDP_CHECK(launch_window >= 0 && launch_window <= 1000000, "--launch-window must be 0 (no limit) or a number of "
-               "ops up to 1000000, got ", launch_window);
-  VITDDP_CHECK(ready_order_share > 0 && ready_order_share <= 1, "--ready-order-share must be in (0, 1], got ",
+  VITDDP_CHECK(update == "after-backward" || update == "next-forward" || update == "sharded",
+               "update must be after-backward, next-forward or sharded, got '", update, "'");
+  VITDDP_CHECK(ready_order_share > 0 && ready_order_share <= 1, "ready-order-share must be in (0, 1], got ",
                ready_order_share);
-  VITDDP_CHECK(ready_order_share == 1 || update_in_forward, "--ready-order-share ", ready_order_share,
-               " sends the first layers' gradients first for the next forward; without --update-in-forward that "
+  VITDDP_CHECK(ready_order_share == 1 || update == "next-forward", "ready-order-share ", ready_order_share,
+               " sends the first layers' gradients first for the next forward; without update next-forward that "
                "forward waits for all of them anyway");
-  VITDDP_CHECK(held_buckets >= 0 && held_buckets <= 100000, "--held-buckets must be in [0, 100000], got ",
-               held_buckets);
-  VITDDP_CHECK(held_buckets == 0 || update_in_forward, "--held-buckets ", held_buckets, " sends the last layers' "
-               "gradients last for the next forward; without --update-in-forward that forward waits for all of them "
+  VITDDP_CHECK(held_buckets >= 0 && held_buckets <= 100000, "held-buckets must be in [0, 100000], got ", held_buckets);
+  VITDDP_CHECK(held_buckets == 0 || update == "next-forward", "held-buckets ", held_buckets, " sends the last layers' "
+               "gradients last for the next forward; without update next-forward that forward waits for all of them "
                "anyway");
-  VITDDP_CHECK(held_buckets == 0 || ready_order_share < 1, "--held-buckets ", held_buckets, " holds buckets out of "
-               "the part sent in ready order: it needs --ready-order-share below 1");
-  VITDDP_CHECK(!update_in_forward || nonfinite == "stop", "--update-in-forward applies updates before the step's "
-               "gradients have all been scanned; --nonfinite skip needs them all first");
-  VITDDP_CHECK(!(update_in_backward && update_in_forward), "--update-in-backward and --update-in-forward place the "
-               "same updates in two places: choose one");
-  VITDDP_CHECK(!update_in_backward || nonfinite == "stop", "--update-in-backward applies updates before the step's "
-               "gradients have all been scanned; --nonfinite skip needs them all first");
-  VITDDP_CHECK(!update_in_backward || hook == "allreduce" || hook == "powersgd" ||
-                   (hook == "bf16" && precision == "bf16"),
-               "--update-in-backward takes --hook allreduce or powersgd, or --hook bf16 with --precision bf16: --hook ",
-               hook, (precision != "bf16" ? " on f32 buckets" : ""), " communicates through buffers of its own, which "
-               "the compute stream would free while the update stream may still read them");
-  VITDDP_CHECK(!shard_update || hook == "allreduce", "--shard-update reduce-scatters each bucket in place: it takes "
-               "--hook allreduce, not --hook ", hook);
-  VITDDP_CHECK(!shard_update || nonfinite == "stop", "--shard-update applies updates before the step's gradients "
-               "have all been scanned; --nonfinite skip needs them all first");
-  VITDDP_CHECK(!(shard_update && update_in_forward), "--shard-update updates each bucket beside backward; "
-               "--update-in-forward places the same updates in the next forward: choose one");
-  VITDDP_CHECK(!shard_update || grad_as_bucket_view, "--shard-update updates each bucket's part of the gradient "
+  VITDDP_CHECK(held_buckets == 0 || ready_order_share < 1, "held-buckets ", held_buckets, " holds buckets out of "
+               "the part sent in ready order: it needs ready-order-share below 1");
+  VITDDP_CHECK(update == "after-backward" || nonfinite == "stop", "update ", update, " applies updates before the "
+               "step's gradients have all been scanned; --nonfinite skip needs them all first");
+  VITDDP_CHECK(update != "sharded" || hook == "allreduce", "update sharded reduce-scatters each bucket in place: it "
+               "takes --hook allreduce, not --hook ", hook);
+  VITDDP_CHECK(update != "sharded" || grad_as_bucket_view, "update sharded updates each bucket's part of the gradient "
                "buffer in place: it needs --grad-as-bucket-view");
-  VITDDP_CHECK(!(shard_update && host_copy_allreduce), "--shard-update reduce-scatters and all-gathers through "
-               "NCCL; --host-copy-allreduce carries all-reduces only: choose one");
-  VITDDP_CHECK(gemm_candidates >= 1 && gemm_candidates <= 256, "--gemm-candidates must be in [1, 256], got ",
-               gemm_candidates);
+  VITDDP_CHECK(!(update == "sharded" && transport == "host-copy"), "update sharded reduce-scatters and all-gathers "
+               "through NCCL; transport host-copy carries all-reduces only: choose one");
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
   profile_range();  // validates the format
   VITDDP_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every);
-  VITDDP_CHECK(checkpoint_keep >= 1 && checkpoint_keep <= 1000000, "--checkpoint-keep must be in [1, 1000000], got ",
+  VITDDP_CHECK(checkpoint_keep >= 1 && checkpoint_keep <= 1000000, "checkpoint-keep must be in [1, 1000000], got ",
                checkpoint_keep);
-  VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty(), "--checkpoint-every and --resume need --checkpoint-dir");
+  VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty(),
+               "--checkpoint-every and --resume need --checkpoint-dir");
 }
 
 std::vector<double> TrainConfig::early_bucket_mbs() const {
   std::vector<double> sizes;
   if (early_bucket_mb.empty()) return sizes;
-  const std::string bad_list = "--early-bucket-mb must be sizes in MB in [1e-06, 1e6], comma-separated (\"10,25\"), "
+  const std::string bad_list = "early-bucket-mb must be sizes in MB in [1e-06, 1e6], comma-separated (\"10,25\"), "
                                "got '" + early_bucket_mb + "'";
   std::stringstream list(early_bucket_mb);
   std::string item;
@@ -440,25 +508,38 @@ bool parse_train_config(int argc, char** argv, TrainConfig* config) {
   if (!config_file.empty()) load_json_config(config_file, *config);
   config->config_file = config_file;
 
-  CLI::App app{"vitddp train: data-parallel ViT training on synthetic images"};
+  CLI::App app{"vitddp train: data-parallel Vision Transformer training (one process per GPU, NCCL; or CPU "
+               "processes, Gloo).\nSettings that change no bit of the weights are chosen by the program and said "
+               "at start; train --help-expert lists them."};
   app.set_config();  // no CLI11 config files: --config is ours (JSON)
-  app.add_option("--config", config->config_file, "JSON config file (configs/*.json); flags override it")
+  app.add_option("--config", config->config_file, "JSON config file of flags and expert keys (configs/*.json); "
+                 "the command line overrides it")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  for (const auto& spec : option_table(*config)) {
+  std::vector<std::string> settings;
+  app.add_option("--set", settings, "KEY=VALUE: an expert key (train --help-expert), after --config; may repeat");
+  bool help_expert = false;
+  app.add_flag("--help-expert", help_expert, "list the expert keys with their defaults and measured effects");
+  auto table = option_table(*config);
+  std::vector<std::pair<const OptionSpec*, CLI::Option*>> flags;
+  for (const auto& spec : table) {
+    if (spec.group == Group::kExpert) continue;
     std::string flag = std::string("--") + spec.name;
+    CLI::Option* option = nullptr;
     std::visit(
         [&](auto* p) {
           using T = std::remove_pointer_t<decltype(p)>;
           if constexpr (std::is_same_v<T, bool>) {
-            app.add_flag(flag, *p, spec.help);
+            option = app.add_flag(flag, *p, spec.help);
           } else {
             // The last occurrence wins, so a flag can override an earlier one (or a script's).
-            app.add_option(flag, *p, spec.help)
-                ->capture_default_str()
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+            option = app.add_option(flag, *p, spec.help)
+                         ->capture_default_str()
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
           }
         },
         spec.field);
+    option->group(group_title(spec.group));
+    flags.push_back({&spec, option});
   }
   try {
     app.parse(argc, argv);
@@ -469,8 +550,26 @@ bool parse_train_config(int argc, char** argv, TrainConfig* config) {
     app.exit(e);
     return false;
   } catch (const CLI::ParseError& e) {
-    throw Error(e.what());
+    std::string what = e.what();
+    // An expert key or a removed flag given as a flag: say what to do instead.
+    const size_t dashes = what.find("--");
+    if (what.find("following argument") != std::string::npos && dashes != std::string::npos) {
+      std::string key = what.substr(dashes + 2);
+      key = key.substr(0, key.find_first_of("= "));
+      if (find_spec(table, key))
+        what = "--" + key + " is an expert key: give it as --set " + key + "=VALUE or in a --config file";
+      else if (const char* instead = removed_flag(key))
+        what = "--" + key + " was removed: " + instead;
+    }
+    throw Error(what);
   }
+  if (help_expert) {
+    std::cout << expert_help();
+    return false;
+  }
+  for (const auto& [spec, option] : flags)
+    if (option->count() > 0) config->given.insert(spec->name);
+  for (const std::string& s : settings) apply_setting(s, config);
   config->validate();
   return true;
 }

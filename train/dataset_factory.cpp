@@ -6,15 +6,9 @@
 
 namespace vitddp {
 
-std::unique_ptr<Dataset> make_dataset(const TrainConfig& c, const VitConfig& m, int world) {
+std::unique_ptr<Dataset> make_dataset(const TrainConfig& c, const VitConfig& m) {
   if (c.data == "synthetic" || c.data == "learnable") {
-    // One sample per image the run draws, unless --dataset-size says otherwise; the sampler keeps
-    // an index per sample, so the size is bounded (a bad-input line, not an allocation failure).
-    const double drawn = static_cast<double>(c.warmup + c.steps) * static_cast<double>(c.batch_size) * world;
-    VITDDP_CHECK(c.dataset_size > 0 || drawn <= static_cast<double>(kMaxDatasetSize), "the run draws ", drawn,
-                 " images, more than a synthetic dataset holds (", kMaxDatasetSize,
-                 "): pass --dataset-size to reuse fewer, or train for fewer steps");
-    int64_t size = c.dataset_size > 0 ? c.dataset_size : static_cast<int64_t>(drawn);
+    const int64_t size = c.dataset_size;  // fixed, so that the images do not depend on --steps
     auto kind = c.data == "synthetic" ? SyntheticKind::kRandom : SyntheticKind::kLearnable;
     return std::make_unique<SyntheticDataset>(size, m.in_channels, m.image_size, m.image_size, m.num_classes,
                                               c.seed, kind);

@@ -10,9 +10,9 @@
 
 namespace vitddp {
 
-// Synthetic datasets hold --dataset-size samples, or enough for the run's steps over `world`
-// ranks; a file's images must have the model's shape and its labels fit the model's classes.
-// --data gpu is an error here (no dataset: the batches are made on the GPU).
-std::unique_ptr<Dataset> make_dataset(const TrainConfig& config, const VitConfig& model, int world);
+// Synthetic datasets hold dataset-size samples (an epoch whatever the run's length); a file's
+// images must have the model's shape and its labels fit the model's classes. --data gpu is an
+// error here (no dataset: the batches are made on the GPU).
+std::unique_ptr<Dataset> make_dataset(const TrainConfig& config, const VitConfig& model);
 
 }  // namespace vitddp

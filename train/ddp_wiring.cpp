@@ -6,10 +6,6 @@
 #include "distributed/hooks/powersgd.h"
 #include "distributed/hooks/reduce_scatter.h"
 #include "framework/core/random.h"
-#if VITDDP_WITH_NCCL
-#include "distributed/nccl/nccl_memory.h"
-#include "distributed/nccl/pg_nccl.h"
-#endif
 
 namespace vitddp {
 namespace {
@@ -33,8 +29,8 @@ void check_same_model(ProcessGroup& group, const ParamArena& arena, Device devic
 }
 
 std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
-  // --shard-update: the all-reduce hook that reduce-scatters when ShardedUpdate says so.
-  if (config.hook == "allreduce" && config.shard_update) return std::make_unique<ReduceScatterHook>();
+  // Sharded updates: the all-reduce hook that reduce-scatters when ShardedUpdate says so.
+  if (config.hook == "allreduce" && config.update == "sharded") return std::make_unique<ReduceScatterHook>();
   if (config.hook == "allreduce") return make_allreduce_hook();
   if (config.hook == "fp16") return make_cast_compress_hook(DType::kF16);
   if (config.hook == "bf16") return make_cast_compress_hook(DType::kBF16);
@@ -43,8 +39,6 @@ std::unique_ptr<CommHook> make_hook(const TrainConfig& config) {
   options.start_iter = config.powersgd_start_iter;
   options.seed = config.seed;
   options.error_in_bucket_dtype = config.powersgd_error_dtype == "bucket";
-  options.bucket_pass_products = config.powersgd_products == "passes";
-  options.settle_error_late = config.powersgd_error_settle == "late";
   // Only a skipped step must leave the state as it was (Note [PowerSGD and skipped steps]).
   options.stage_state = config.nonfinite == "skip";
   return make_powersgd_hook(options);
@@ -54,22 +48,11 @@ bool ddp_runs(const TrainConfig& config, const RankEnvironment& env) { return en
 
 }  // namespace
 
-Allocator* ddp_grad_allocator(const TrainConfig& config, const RankEnvironment& env, Device device) {
-  if (!config.nccl_register) return nullptr;
-  VITDDP_CHECK(device.is_cuda() && ddp_runs(config, env), "--nccl-register registers DDP's gradient buffer with "
-               "NCCL: it needs GPU data parallelism (--gpus N or --ddp on a GPU)");
-#if VITDDP_WITH_NCCL
-  return &nccl_memory_allocator();
-#else
-  throw Error("--nccl-register needs a build with NCCL");
-#endif
-}
-
 Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device device, ParamArena& arena) {
   Ddp ddp;
-  VITDDP_CHECK(!config.host_copy_allreduce || (device.is_cuda() && ddp_runs(config, env)),
-               "--host-copy-allreduce carries DDP's all-reduces: it needs GPU data parallelism (--gpus N or --ddp on a "
-               "GPU)");
+  VITDDP_CHECK(config.transport != "host-copy" || (device.is_cuda() && ddp_runs(config, env)),
+               "transport host-copy carries DDP's all-reduces: it needs GPU data parallelism (--gpus N, or --set ddp=true "
+               "on a GPU)");
   // One process takes the same path with --ddp: a group of one (NCCL or Gloo, whose collectives
   // then complete at once) and the reducer with its hooks, as PyTorch's DDP wrapper on one GPU.
   if (!ddp_runs(config, env)) return ddp;
@@ -78,19 +61,11 @@ Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device devi
   options.world_size = env.world_size;
   options.rendezvous = env.rendezvous;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout * 1000));
-  options.max_ctas = static_cast<int>(config.sm_carveout);
-  options.host_copy_allreduce = config.host_copy_allreduce;  // Note [Host-copy all-reduce]
+  options.host_copy_allreduce = config.transport == "host-copy";  // Note [Host-copy all-reduce]
   options.host_copy_overlap = config.host_copy_overlap;      // Note [Back-to-back host copies]
   options.host_copy_reduce_beside = config.host_copy_reduce_beside;  // Note [Reductions beside the copies]
   ddp.group = device.is_cuda() ? make_nccl_process_group(options) : make_gloo_process_group(options);
   check_same_model(*ddp.group, arena, device);
-  if (config.nccl_register) {  // Note [Registered gradients] in distributed/nccl/pg_nccl.cpp
-#if VITDDP_WITH_NCCL
-    auto* nccl = dynamic_cast<ProcessGroupNccl*>(ddp.group.get());
-    VITDDP_CHECK(nccl, "--nccl-register: the process group is not NCCL's");
-    nccl->register_buffer(arena.flat_grads());
-#endif
-  }
   // Every rank starts from rank 0's weights (the master; the 16-bit copy follows it). The host
   // waits for them too: at the start there is nothing to overlap, and the run then makes the
   // rest of its CUDA objects (pinned buffers, cuBLASLt handles and workspaces) with no

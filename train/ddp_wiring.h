@@ -18,11 +18,7 @@ struct Ddp {
   std::unique_ptr<Reducer> reducer;
 };
 
-// Where the arena's gradient buffer must come from: NCCL's allocator under --nccl-register in a
-// GPU DDP run (so that setup_ddp can register it), else null (the device's allocator).
-Allocator* ddp_grad_allocator(const TrainConfig& config, const RankEnvironment& env, Device device);
-
-// For world size 1 without --ddp returns an empty Ddp (no group, no reducer); with --ddp a group of
+// For world size 1 without ddp returns an empty Ddp (no group, no reducer); with --ddp a group of
 // one process and the reducer.
 Ddp setup_ddp(const TrainConfig& config, const RankEnvironment& env, Device device, ParamArena& arena);
 

@@ -9,7 +9,6 @@
 
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/context.h"
-#include "framework/cuda/launch_window.h"
 #include "framework/cuda/stream.h"
 #endif
 
@@ -17,7 +16,7 @@ namespace vitddp {
 namespace {
 
 #if VITDDP_WITH_CUDA
-// --gemm-cache-dir, or the user's cache folder; "" (with a note) when none can be made, and
+// gemm-cache-dir, or the user's cache folder; "" (with a note) when none can be made, and
 // then each run chooses its GEMM algorithms afresh.
 std::string gemm_cache_dir(const TrainConfig& config) {
   std::string dir = config.gemm_cache_dir;
@@ -51,24 +50,8 @@ void configure_device(const Device& device, const TrainConfig& config) {
 #if VITDDP_WITH_CUDA
   cuda::set_device(device.index);
   cuda::set_matmul_precision(config.precision == "tf32" ? cuda::MatmulPrecision::kTf32 : cuda::MatmulPrecision::kFp32);
-  cuda::set_gemm_candidates(static_cast<int>(config.gemm_candidates));
   cuda::set_concurrent_weight_grads(config.concurrent_wgrad);
-  cuda::set_launch_window(static_cast<int>(config.launch_window));
   cuda::set_gemm_autotune(config.gemm_autotune, config.gemm_autotune ? gemm_cache_dir(config) : "");
-#endif
-}
-
-GemmSmCarveout::GemmSmCarveout(Device device, int64_t sms) : active_(device.is_cuda() && sms > 0) {
-#if VITDDP_WITH_CUDA
-  if (active_) cuda::set_gemm_sm_carveout(static_cast<int>(sms));
-#else
-  (void)sms;
-#endif
-}
-
-GemmSmCarveout::~GemmSmCarveout() {
-#if VITDDP_WITH_CUDA
-  if (active_) cuda::set_gemm_sm_carveout(0);
 #endif
 }
 

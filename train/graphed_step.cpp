@@ -16,35 +16,16 @@
 namespace vitddp {
 
 // Note [A step as a CUDA graph]
-// A bf16 step of ViT-L/32 is 409 ops (--op-breakdown's count), each one or more launches, and
-// with DDP one collective per bucket: on a slow host the host takes as long to issue a step as
-// the GPU to run it, and with 25 MB buckets over NVLink it sets the pace (docs/performance.md).
-// With --cuda-graph the third step of the process is captured (the first rebuilds the buckets
-// and tunes the products, the second runs as all later ones) from its batch copy to the
-// reducer's last wait (or, with --update-in-backward, the join of the update stream): forward,
-// loss, backward with the reducer's hooks, the bucket collectives on the comm stream, the
-// averaging.
-// Every later step copies its batch into the graph's input buffers, replays the graph (one
-// launch) and runs the optimizer eagerly after it: its step-dependent constants (AdamW's bias
-// corrections, the learning rate) are kernel arguments computed on the host, and it is a few
-// launches. With --update-in-backward (SGD only) the bucket updates are captured too, beside
-// backward on their own stream (Note [Updates in backward]); the step count and the non-finite
-// report's reset stay on the host, before the replay. Replays are bit-identical to eager steps: the same kernels, plans and collectives
-// on the same addresses (the captured loss is multiplied by a device scalar, 1, or NaN for a
-// fault injected into one rank's loss: x * 1 is x, bit for bit). A step with a batch of another
-// shape (a file's short last batch, the same step on every rank) runs eagerly, on every rank: NCCL
-// needs each collective captured on all ranks or on none. The capture waits for a step whose
-// batch has --batch-size images and, with DDP, for its hook to be steady (CommHook::steady):
-// PowerSGD's first compressed step after the bucket rebuild makes its errors and Q (Q copied
-// from the host) and tunes its products, so with --powersgd-start-iter 2 the fourth step is
-// captured; its compression beside backward is captured with its side stream (Note [PowerSGD
-// beside backward]), and each replay advances the hook's step count (CommHook::replayed).
-// Settings whose work changes from step to step in ways a replay cannot follow turn the graph
-// off at start, named (cuda_graph_unsupported). NVTX ranges inside the step are emitted by the
-// host, so only the captured step has them; the replays have their step range. The capture (a wait for the GPU,
-// then the host's work for one step, then the instantiation) is timed with its step when
-// --warmup is below the captured step's number (3, or PowerSGD's later one). The watchdog times
-// each replay from its launch by the host.
+// Decision: replay forward, loss, backward and DDP's bucket collectives (with sharded updates,
+// the bucket updates too) as one CUDA graph captured from the process's third step, because a
+// ViT-L/32 step is hundreds of small launches and a host that issues them sets the pace. The
+// first eager step rebuilds the buckets and tunes the products; the second runs as all later
+// ones; PowerSGD waits for its first compressed step (CommHook::steady). Invariant: replays are
+// bit-identical to eager steps (same kernels, plans, collectives and addresses; the loss is
+// multiplied by a device scalar, 1, or NaN for an injected fault: x * 1 is x). The optimizer
+// runs eagerly after the replay, since its step-dependent constants are host arguments. A batch
+// of another shape runs eagerly on every rank (NCCL needs a collective captured on all ranks or
+// none); settings whose work changes from step to step turn the graph off, named at start.
 std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   std::vector<std::string> why;
   if (steps <= kEagerStepsBeforeGraph)
@@ -54,16 +35,15 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
                   std::to_string(c.powersgd_start_iter) + ": the graph is captured after its first compressed step, "
                   "at step " + std::to_string(c.powersgd_start_iter + 2) + " at the earliest");
   if (c.accumulate > 1) why.push_back("--accumulate " + std::to_string(c.accumulate) + " (one micro-batch a step is captured)");
-  if (c.update_in_forward) why.push_back("--update-in-forward (its updates run inside the next step's forward)");
-  if ((c.update_in_backward || c.shard_update) && c.optimizer == "adamw")
-    why.push_back(std::string(c.shard_update ? "--shard-update" : "--update-in-backward") +
-                  " with adamw (its bias corrections change every step; the graph would keep the captured step's)");
+  if (c.update == "next-forward") why.push_back("update next-forward (its updates run inside the next step's forward)");
+  if (c.update == "sharded" && c.optimizer == "adamw")
+    why.push_back("update sharded with adamw (its bias corrections change every step; the graph would keep the "
+                  "captured step's)");
   if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")
     why.push_back("--hook " + c.hook + " on f32 buckets (its overflow record is indexed by a step count kept on the host)");
   if (c.find_unused_parameters) why.push_back("--find-unused-parameters (the unused parameters may change from step to step)");
   if (c.dropout > 0) why.push_back("--dropout (each step draws its masks from a counter kept on the host)");
   if (!c.trace.empty()) why.push_back("--trace (its marks are recorded by the host in every step)");
-  if (c.launch_window > 0) why.push_back("--launch-window (its waits for the GPU cannot be captured)");
   std::string out;
   for (const std::string& w : why) out += (out.empty() ? "" : "; ") + w;
   return out;

@@ -16,7 +16,6 @@
 #include "train/bench/loader_bench.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
-#include "train/cpu_binding.h"
 #include "train/exit_codes.h"
 #include "train/topology.h"
 #include "train/trace.h"
@@ -53,8 +52,6 @@ int main(int argc, char** argv) {
     const int processes = std::max(config.gpus, config.procs);
     // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
     if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
-    // And if the ranks' CPUs (--bind-cpus) do not fit on this machine.
-    if (!env.distributed && config.bind_cpus > 0) check_rank_cpus_fit(config.bind_cpus, std::max(processes, 1));
     // The launcher (the same command line once per rank), or a check of this rank's place.
     if (std::optional<int> code =
             launch_if_needed(processes, config.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))
@@ -63,7 +60,7 @@ int main(int argc, char** argv) {
     // hang's first evidence where no debugger can attach).
     dump_thread_stacks_on_sigusr2();
     RunResult result = run_training(config, env, std::cout);
-    if (config.json && env.rank == 0) std::cout << result.to_json(config).dump() << std::endl;
+    if (config.json && env.rank == 0) std::cout << result.to_json().dump() << std::endl;
     return kExitOk;
   } catch (const Error& e) {
     // One write: every rank and the launcher print to the same terminal at the same moment.

@@ -27,7 +27,7 @@
 #include "framework/ops/elementwise.h"
 #include "train/batch_source.h"
 #include "train/checkpoint.h"
-#include "train/cpu_binding.h"
+#include "train/auto_settings.h"
 #include "train/dataset_factory.h"
 #include "train/device_choice.h"
 #include "train/device_setup.h"
@@ -36,6 +36,7 @@
 #include "train/op_breakdown.h"
 #include "train/stop_signal.h"
 #include "train/ddp_wiring.h"
+#include "train/run_facts.h"
 #include "train/step_clock.h"
 #include "train/step_tracer.h"
 #include "train/utilisation.h"
@@ -86,13 +87,17 @@ ResolvedRun resolve_run(const TrainConfig& c, const RankEnvironment& env, std::o
   return {device, model_config(c, parse_device(device).is_cuda())};
 }
 
-nlohmann::json RunResult::to_json(const TrainConfig& config) const {
+nlohmann::json RunResult::to_json() const {
   nlohmann::json j;
   j["system"] = "vitddp";
   j["device"] = device;
   j["model"] = model.name;
   j["params"] = parameters;
   j["steps"] = steps;
+  j["first_step"] = first_step;
+  j["timed_steps"] = timed_steps;
+  j["untimed_steps"] = untimed_steps;
+  j["stopped_early"] = stopped_early;
   j["steps_per_s"] = steps_per_s;
   j["images_per_s"] = images_per_s;
   j["world_size"] = world_size;
@@ -114,6 +119,8 @@ nlohmann::json RunResult::to_json(const TrainConfig& config) const {
   }
   j["losses"] = losses;
   j["last_loss"] = losses.empty() ? 0.0 : losses.back();
+  j["chosen"] = nlohmann::json::array();
+  for (const ChosenSetting& c : chosen) j["chosen"].push_back({{"key", c.key}, {"value", c.value}, {"why", c.reason}});
   j["config"] = config.to_json();
   return j;
 }
@@ -151,16 +158,32 @@ RunResult run_training(const TrainConfig& config, std::ostream& out) {
   return run_training(config, RankEnvironment{}, out);
 }
 
-RunResult run_training(const TrainConfig& config, const RankEnvironment& env, std::ostream& all_ranks_out) {
+RunResult run_training(const TrainConfig& user_config, const RankEnvironment& env, std::ostream& all_ranks_out) {
   // Only rank 0 reports; the others train quietly (their errors still reach stderr).
   std::ostream null_stream(nullptr);
   std::ostream& out = env.rank == 0 ? all_ranks_out : null_stream;
-  ResolvedRun run = resolve_run(config, env, out);
+  ResolvedRun run = resolve_run(user_config, env, out);
   const Device device = parse_device(run.device);
+  // The settings the program chooses (train/auto_settings.h), the same on every rank.
+  TrainConfig config = user_config;
+  const std::vector<ChosenSetting> chosen = choose_settings(detect_run_facts(env, device), &config);
+  const bool data_parallel = env.world_size > 1 || config.ddp;
+  const char* const needs_ddp = ": it needs data parallelism (--gpus N, --procs N, or --set ddp=true)";
+  VITDDP_CHECK(config.update == "after-backward" || data_parallel, "update ", config.update, " places DDP's bucket "
+               "updates", needs_ddp);
+  VITDDP_CHECK(config.tail_bucket_mb == 0 || data_parallel, "tail-bucket-mb cuts DDP's last gradient buckets", needs_ddp);
+  VITDDP_CHECK(config.early_bucket_mb.empty() || data_parallel, "early-bucket-mb sizes DDP's gradient buckets",
+               needs_ddp);
+  VITDDP_CHECK(config.hook == "allreduce" || data_parallel, "--hook ", config.hook, " compresses DDP's gradient buckets",
+               needs_ddp);
+  VITDDP_CHECK(config.transport != "host-copy" || (device.is_cuda() && data_parallel), "transport host-copy carries "
+               "DDP's all-reduces: it needs GPU data parallelism (--gpus N, or --set ddp=true on a GPU)");
+  out << describe_choices(chosen);
   configure_device(device, config);
   // Before any step, not after the run it would time.
   VITDDP_CHECK(!config.op_breakdown || device.is_cuda(), "--op-breakdown times CUDA kernels: it needs a GPU");
   VITDDP_CHECK(!config.cuda_graph || device.is_cuda(), "--cuda-graph replays CUDA work: it needs a GPU, not ", run.device);
+  VITDDP_CHECK(config.steps > 0, "--steps must be positive");
   const int world = std::max(1, env.world_size);
 
   VisionTransformer model(run.model, config.seed);
@@ -168,22 +191,9 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   if (!config.init_from.empty()) load_named_tensors(read_safetensors(config.init_from), params, config.init_from);
   // bf16: mixed precision with f32 master weights in the arena (see ParamArena).
   const DType compute_dtype = config.precision == "bf16" ? DType::kBF16 : DType::kF32;
-  // --nccl-register: the gradients in memory NCCL can register (Note [Registered gradients]).
-  Allocator* const grad_allocator = ddp_grad_allocator(config, env, device);
-  ParamArena arena(params, device, compute_dtype, grad_allocator);
+  ParamArena arena(params, device, compute_dtype);
   Ddp ddp = setup_ddp(config, env, device, arena);
-  VITDDP_CHECK(!config.update_in_forward || ddp.reducer, "--update-in-forward defers DDP's bucket updates: it needs "
-               "data parallelism (--gpus N, --procs N or --ddp)");
-  VITDDP_CHECK(!config.update_in_backward || ddp.reducer, "--update-in-backward updates DDP's buckets as their "
-               "communication ends: it needs data parallelism (--gpus N, --procs N or --ddp)");
-  VITDDP_CHECK(!config.shard_update || ddp.reducer, "--shard-update divides DDP's updates among the ranks: it needs "
-               "data parallelism (--gpus N, --procs N or --ddp)");
-  VITDDP_CHECK(config.tail_bucket_mb == 0 || ddp.reducer, "--tail-bucket-mb cuts DDP's last gradient buckets: it "
-               "needs data parallelism (--gpus N, --procs N or --ddp)");
-  VITDDP_CHECK(config.early_bucket_mb.empty() || ddp.reducer, "--early-bucket-mb sizes DDP's gradient buckets: it "
-               "needs data parallelism (--gpus N, --procs N or --ddp)");
-  VITDDP_CHECK(config.hook == "allreduce" || ddp.reducer, "--hook ", config.hook, " compresses DDP's gradient "
-               "buckets: it needs data parallelism (--gpus N, --procs N or --ddp)");
+  VITDDP_ASSERT((ddp.reducer != nullptr) == data_parallel, "setup_ddp made a reducer exactly for data parallelism");
   // The run's PowerSGD hook, whose state checkpoints carry; null without one.
   PowerSgdHook* const powersgd = ddp.reducer ? dynamic_cast<PowerSgdHook*>(&ddp.reducer->hook()) : nullptr;
   std::unique_ptr<Optimizer> optimizer =
@@ -229,8 +239,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
           VITDDP_CHECK(index < ddp.reducer->buckets().size() &&
                            (!b.error.defined() || b.error.numel() == ddp.reducer->buckets()[index].numel),
                        dir, ": its PowerSGD state does not fit this run's gradient buckets (bucket ", index,
-                       "); resume with the --bucket-mb, --first-bucket-mb, --early-bucket-mb and --tail-bucket-mb it was saved "
-                       "with");
+                       "); resume with the --bucket-mb (and first-, early- and tail-bucket-mb) it was saved with");
         powersgd->state() = powersgd_state_on(*st.powersgd, device);
       }
       start_step = st.step;
@@ -244,7 +253,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   std::unique_ptr<Dataset> dataset;
   std::unique_ptr<DistributedSampler> sampler;
   if (!generate_on_gpu) {
-    dataset = make_dataset(config, run.model, world * static_cast<int>(config.accumulate));
+    dataset = make_dataset(config, run.model);
     SamplerOptions sampler_options;
     sampler_options.dataset_size = dataset->size();
     sampler_options.seed = config.seed;
@@ -264,6 +273,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   std::unique_ptr<BatchSource> batches = make_batch_source(dataset.get(), sampler.get(), source_options);
 
   RunResult result;
+  result.chosen = chosen;
+  result.config = config;
   result.device = run.device;
   result.model = run.model;
   result.parameters = run.model.parameter_count();
@@ -277,13 +288,11 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
                                             : std::string())
         << ", hook "
         << ddp.reducer->hook().name() << (config.grad_as_bucket_view ? ", gradients as bucket views" : "")
-        << (config.update_in_forward ? ", updates in the next forward" : "")
-        << (config.update_in_backward && !config.shard_update ? ", updates in backward" : "")
-        << (config.shard_update ? detail::concat(", updates in backward sharded over the ", world,
-                                                 world == 1 ? " rank" : " ranks",
-                                                 " (each its part of a bucket, the weights all-gathered)")
-                                : std::string())
-        << (grad_allocator ? ", gradients registered with NCCL" : "");
+        << (config.update == "next-forward" ? ", updates in the next forward" : "")
+        << (config.update == "sharded" ? detail::concat(", updates in backward sharded over the ", world,
+                                                         world == 1 ? " rank" : " ranks",
+                                                         " (each its part of a bucket, the weights all-gathered)")
+                                       : std::string());
     const size_t buckets = ddp.reducer->buckets().size(), in_ready_order = ddp.reducer->ready_order_launches();
     const size_t held = ddp.reducer->held_launches(), after_backward = buckets - in_ready_order - held;
     if (in_ready_order < buckets) {
@@ -293,13 +302,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     }
     out << "\n";
   }
+  const int64_t total = config.steps;
+  // The steps the summary times: all but the first few of this process (set-up, GEMM tuning, the
+  // graph's capture), and at least the last.
+  const int64_t timed_first = std::min(start_step + config.untimed_steps, total - 1);
   out << "training " << run.model.name << " (" << result.parameters << " parameters) on " << run.device
-      << ", batch " << config.batch_size << ", " << config.precision << ", " << config.warmup << " warm-up + "
-      << config.steps << " steps, " << optimizer->name() << " lr " << config.lr << ", data " << config.data << "\n"
+      << ", batch " << config.batch_size << ", " << config.precision << ", " << total - start_step << " steps"
+      << (start_step > 0 ? " (from step " + std::to_string(start_step + 1) + ")" : std::string()) << ", "
+      << optimizer->name() << " lr " << config.lr << ", data " << config.data << "\n"
       << std::flush;
 
   Allocator& allocator = allocator_for(device);
-  const int64_t total = config.warmup + config.steps;
   std::unique_ptr<StepClock> clock = make_step_clock(device, total, std::min(start_step, total));
   NonfiniteCheck nonfinite(arena);
   // Note [The non-finite scan in the update] (framework/optim/optimizer.h): skipping needs the
@@ -315,19 +328,17 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   // copied there, and the clock gets that copy.
   std::unique_ptr<OverlappedUpdate> overlapped;
   Tensor nonfinite_done;  // with `overlapped`: the last step's report, copied once its updates ran
-  if (config.update_in_forward) {
+  if (config.update == "next-forward") {
     overlapped = std::make_unique<OverlappedUpdate>(*ddp.reducer, *optimizer, arena, model);
     nonfinite_done = nonfinite.flag().clone();
   }
-  // --update-in-backward: each bucket's update follows its communication, beside backward
-  // (Note [Updates in backward] in distributed/update_in_backward.cpp).
-  // --shard-update: each rank updates its part of each bucket, in backward (Note [Sharded updates]
+  // update sharded: each rank updates its part of each bucket, in backward (Note [Sharded updates]
   // in distributed/sharded_update.cpp).
   std::unique_ptr<ShardedUpdate> sharded;
-  if (config.shard_update)
+  if (config.update == "sharded")
     sharded = std::make_unique<ShardedUpdate>(*ddp.reducer, *ddp.group, *optimizer, arena, nonfinite.flag());
   std::unique_ptr<UpdateInBackward> in_backward;
-  if (config.update_in_backward || sharded)
+  if (sharded)
     in_backward = std::make_unique<UpdateInBackward>(*ddp.reducer, *optimizer, device, sharded.get());
   // Summed over ranks each step (DDP only; one process reads stop_signal() directly).
   Tensor stop_flag = ddp.group ? Tensor::zeros({1}, DType::kF32, device) : Tensor();
@@ -352,7 +363,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     if (!tracer) return;
     if (ddp.reducer) ddp.reducer->set_observer(nullptr);
     tracing = nullptr;
-    std::optional<RunStats> stats = tracer->finish(std::max(config.warmup, start_step));
+    std::optional<RunStats> stats = tracer->finish(timed_first);
     tracer.reset();
     if (!stats) return;
     result.trace = trace_summary(*stats);
@@ -390,7 +401,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     result.losses.push_back(loss_value);
     if (config.print_every > 0 && (s % config.print_every == 0 || s == total - 1)) {
       double dt = clock->step_seconds(s, s)[0];
-      out << "step " << std::setw(4) << s + 1 << "/" << total << (s < config.warmup ? " (warm-up)" : "")
+      out << "step " << std::setw(4) << s + 1 << "/" << total << (s < timed_first ? " (untimed)" : "")
           << "  loss " << std::fixed << std::setprecision(4) << loss_value << "  " << std::setprecision(1)
           << config.batch_size / dt << " img/s  " << std::setprecision(2) << dt * 1e3 << " ms" << std::defaultfloat
           << "\n"
@@ -408,11 +419,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   auto forward_backward = [&](const Tensor& images, const Tensor& labels, bool sync, int64_t micro,
                               const Tensor& loss_factor) {
     TracedPhase forward_range(tracing, kTraceForward, NvtxColor::kForward);
-    // With --update-in-forward the last buckets' all-reduce runs beside the forward too.
-    std::optional<GemmSmCarveout> forward_carveout;
-    if (overlapped) forward_carveout.emplace(device, config.sm_carveout);
     Tensor logits = model.forward(images.to(compute_dtype));
-    forward_carveout.reset();
     // The loss runs in f32 whatever the compute dtype, as autocast does.
     Tensor loss = cross_entropy(cast(logits, DType::kF32), labels);
     forward_range.end();
@@ -438,11 +445,7 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
       // included; the traced compute interval ends when backward's kernels are issued, so that
       // time the compute stream spends waiting for communication counts as exposed.
       TracedPhase phase(tracing, kTraceBackward, NvtxColor::kBackward);
-      {
-        // Communication runs beside backward (and, with --update-in-forward, the next forward).
-        GemmSmCarveout carveout(device, ddp.reducer && sync ? config.sm_carveout : 0);
-        loss.backward();
-      }
+      loss.backward();  // communication runs beside it (and, with updates in the next forward, beside that)
       arena.zero_stale_grads();  // parameters no gradient reached (usually none)
       phase.end_gpu();
       if (overlapped) {
@@ -538,23 +541,15 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   int64_t stopped_after = -1;
   bool told_rebuild = false;
 
-  if (config.bind_cpus > 0) {  // after every helper thread has started: they keep all CPUs
-    const std::vector<int> cpus = bind_thread_to_rank_cpus(config.bind_cpus, env.local_rank);
-    // Every rank says where it went, in one write (ranks share stderr).
-    std::cerr << ("cpu binding: rank " + std::to_string(env.rank) + " (local " + std::to_string(env.local_rank) +
-                  "): training thread on CPU(s) " + cpu_list(cpus) + "\n")
-              << std::flush;
-  }
   const auto [profile_first, profile_last] = config.profile_range();
   VITDDP_CHECK(profile_first == 0 || device.is_cuda(), "--profile-steps drives the CUDA profiler: it needs a GPU");
-  const int64_t timed_first = std::max(config.warmup, start_step);  // the steps the summary times
   int64_t timed_images = 0;
   for (int64_t step = start_step; step < total; ++step) {
 #if VITDDP_WITH_CUDA
     if (step + 1 == profile_first) cuda::profiler_start();
 #endif
     poison_loss = inject_fault(env.rank, step);
-    if (step == config.warmup) {
+    if (step == timed_first) {
       allocator.reset_peak(device.index);
       if (graphed) graphed->reset_peak_memory();
     }
@@ -617,11 +612,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
         << (config.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "")
         << (config.save.empty() ? "" : "; --save " + config.save + " not written (the run did not finish)") << "\n";
     result.steps = stopped_after + 1 - start_step;
+    result.first_step = start_step + 1;
     result.stopped_early = true;
     return result;
   }
   VITDDP_CHECK(start_step < total, "nothing to do: the checkpoint is at step ", start_step, " and the run has ", total,
-               " steps (--warmup + --steps)");
+               " steps (--steps)");
   // The run's weights, before --op-breakdown's two extra steps change them.
   if (!config.save.empty() && sharded) sharded->gather_state();  // on every rank: a collective
   if (!config.save.empty() && env.rank == 0) {
@@ -649,20 +645,19 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
     result.op_breakdown = op_breakdown(whole_step, stop_if_bad, ddp.group.get(), out);
   }
 
-  VITDDP_CHECK(timed_first < total, "no timed step left after resuming at step ", start_step,
-               ": raise --steps");
-  result.steps = total - timed_first;  // fewer than --steps after a resume
+  result.steps = total - start_step;
+  result.first_step = start_step + 1;
+  result.timed_steps = total - timed_first;
+  result.untimed_steps = timed_first - start_step;
   result.seconds = clock->span_seconds(timed_first, total - 1);
-  result.steps_per_s = static_cast<double>(result.steps) / result.seconds;
+  result.steps_per_s = static_cast<double>(result.timed_steps) / result.seconds;
   // The images the timed steps took (rank 0's, times the ranks: the sampler gives each rank as many),
   // not batch size x steps: a file dataset's last batch of an epoch may be short.
   result.images_per_s = static_cast<double>(timed_images) * world / result.seconds;
   result.median_step_ms = median(clock->step_seconds(timed_first, total - 1)) * 1e3;
   // With --cuda-graph the step's activations live in the graph's memory, beside the allocator's.
   result.peak_memory_mib =
-      static_cast<double>(allocator.peak_bytes(device.index) + (graphed ? graphed->peak_memory_bytes() : 0) +
-                          (grad_allocator ? grad_allocator->peak_bytes(device.index) : 0)) /
-      (1 << 20);
+      static_cast<double>(allocator.peak_bytes(device.index) + (graphed ? graphed->peak_memory_bytes() : 0)) / (1 << 20);
   result.loader_images_per_s = batches->loader_images_per_second();
   const Utilisation use = utilisation(result.images_per_s / world, run.model.training_flops_per_image(),
                                       gpu_name(device));
@@ -671,7 +666,8 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   result.mfu_pct = use.mfu_pct;
 
   out << "summary: " << run.model.name << " on " << (world > 1 ? std::to_string(world) + " ranks, rank 0 " : "") << run.device << " (" << config.precision << "): " << std::setprecision(4)
-      << result.steps_per_s << " steps/s, " << result.images_per_s << " img/s, median step " << result.median_step_ms
+      << result.steps_per_s << " steps/s over " << result.timed_steps << " timed step(s) (after "
+      << result.untimed_steps << " untimed), " << result.images_per_s << " img/s, median step " << result.median_step_ms
       << " ms, peak memory " << result.peak_memory_mib << " MiB, loss " << result.losses.front() << " -> "
       << result.losses.back() << ", " << std::setprecision(4) << result.achieved_tflops_per_gpu << " TFLOP/s"
       << (device.is_cuda() ? " per GPU" : " per process");

@@ -110,18 +110,13 @@ struct NcclComm::AbortState {
   bool finished = false;
 };
 
-NcclComm NcclComm::init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout,
-                        int max_ctas) {
+NcclComm NcclComm::init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout) {
   NcclComm comm;
   comm.device_ = device;
   comm.timeout_ = timeout;
   DeviceScope scope(device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a stuck initialisation can be aborted
-  if (max_ctas > 0) {
-    config.maxCTAs = max_ctas;
-    config.minCTAs = std::min(config.minCTAs == NCCL_CONFIG_UNDEF_INT ? 1 : config.minCTAs, max_ctas);
-  }
   ncclComm_t raw = nullptr;
   ncclResult_t result = ncclCommInitRankConfig(&raw, size, id, rank, &config);
   comm.comm_ = raw;
@@ -516,7 +511,7 @@ ProcessGroupNccl::ProcessGroupNccl(const ProcessGroupOptions& options)
   shared_ = std::make_shared<Shared>();
   shared_->rank = options.rank;
   shared_->size = options.world_size;
-  shared_->comm = NcclComm::init(options.world_size, options.rank, id, device_, timeout_, options.max_ctas);
+  shared_->comm = NcclComm::init(options.world_size, options.rank, id, device_, timeout_);
   if (options.world_size > 1)
     shared_->board = std::make_unique<WaitBoard>(options.rendezvous, "nccl" + std::to_string(instance), options.rank,
                                                  options.world_size);
@@ -568,17 +563,6 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   } catch (const Error& e) {  // recorded and aborted; the teardown below copes
     std::fprintf(stderr, "vitddp: warning: %s\n", e.what());
   }
-  // Registrations go before the communicator (none after an abort: they went with it).
-  if (ncclComm_t comm = shared_->comm.get()) {
-    DeviceScope scope(device_);
-    for (void* handle : registrations_) {
-      ncclResult_t result = ncclCommDeregister(comm, handle);
-      if (result == ncclInProgress) result = wait_for_nccl(comm, timeout_);
-      if (result != ncclSuccess)
-        std::fprintf(stderr, "vitddp: warning: ncclCommDeregister failed: %s\n", ncclGetErrorString(result));
-    }
-  }
-  registrations_.clear();
   // Finalize waits for the issued collectives (bounded by the timeout, then it aborts).
   shared_->comm = NcclComm();
   // After an abort the comm stream may still hold work that reads the kept tensors: release
@@ -729,32 +713,6 @@ void ProcessGroupNccl::watch_current_stream(const std::string& what) {
   auto done = std::make_shared<cuda::Event>(cuda::Event::create());
   done->record(cuda::current_stream());
   shared_->in_flight.push_back({next_seq_++, what, Clock::now(), done, {}});
-}
-
-// Note [Registered gradients]
-// Unregistered, NCCL's ring all-reduce over NVLink copies each chunk through a staging buffer of
-// the peer's: its kernels read the bucket, write the staging buffer, read it back on the other
-// side and write the result, with 24 blocks, beside backward's kernels on the same SMs and
-// memory. With --nccl-register the gradient buffer comes from ncclMemAlloc (memory mapped for
-// the NVLink peers) and is registered here once, so NCCL may work on the buckets that are views
-// of it in place (NCCL's "intra-node user buffer registration", 2.23 on; its documentation
-// promises fewer bytes moved and fewer SMs). Measured on 2 H200s over NVLink it changes no step
-// rate (docs/performance.md), so it is off by default.
-// A captured collective on it is registered by NCCL itself as well. Registration is a
-// collective setup step: every rank registers a buffer of the same layout, and collectives on
-// slices of it keep the same offsets on every rank (DDP's bucket views do).
-void ProcessGroupNccl::register_buffer(const Tensor& t) {
-  check_tensor_arg(t, "ProcessGroupNccl::register_buffer", true);
-  std::lock_guard<std::mutex> lock(shared_->mutex);
-  shared_->settle(timeout_);
-  ncclComm_t comm = shared_->comm.get();
-  void* handle = nullptr;
-  ncclResult_t result = ncclCommRegister(comm, t.data_ptr(), t.nbytes(), &handle);
-  if (result == ncclInProgress) result = wait_for_nccl(comm, timeout_);
-  if (result != ncclSuccess)
-    throw Error(std::string("ncclCommRegister of ") + t.description() + " failed: " + ncclGetErrorString(result) +
-                " (--nccl-register; run without it)");
-  registrations_.push_back(handle);
 }
 
 // Note [Replaying host copies] (host_copy_transport.cpp): the rings aligned before a capture,

@@ -52,9 +52,7 @@ class NcclComm {
   NcclComm() = default;
   // Non-blocking ncclCommInitRankConfig, then polls until the communicator is ready; throws
   // kTimeout after `timeout` (aborting the half-made communicator) or kPeer on an NCCL error.
-  // max_ctas > 0 bounds the thread blocks NCCL uses per collective (ncclConfig_t::maxCTAs).
-  static NcclComm init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout,
-                       int max_ctas = 0);
+  static NcclComm init(int size, int rank, const ncclUniqueId& id, int device, std::chrono::milliseconds timeout);
   ~NcclComm();
   NcclComm(NcclComm&& o) noexcept;
   NcclComm& operator=(NcclComm&& o) noexcept;
@@ -122,11 +120,6 @@ class ProcessGroupNccl final : public ProcessGroup {
   // collectives inside, Note [Collectives in a CUDA graph]) to the group's timeout like a
   // collective named `what`: the watchdog aborts the communicator if it has not finished in time.
   void watch_current_stream(const std::string& what);
-  // Registers `t`'s memory with the communicator for zero-copy collectives on it and on its
-  // slices (Note [Registered gradients] in the .cpp); it must come from nccl_memory_allocator()
-  // (distributed/nccl/nccl_memory.h) and outlive the group, which deregisters it at teardown.
-  // Every rank must register its buffer of the same layout, or none.
-  void register_buffer(const Tensor& t);
 
   struct Shared;  // state shared with the Work handles and the watchdog (defined in the .cpp)
 
@@ -157,7 +150,6 @@ class ProcessGroupNccl final : public ProcessGroup {
   uint64_t next_seq_ = 0;
   IssueStats issued_;  // guarded by shared_->mutex
   Tensor barrier_buffer_;  // f32[1] on device_
-  std::vector<void*> registrations_;  // ncclCommRegister handles, deregistered at teardown
 
   std::mutex watchdog_mutex_;
   std::condition_variable watchdog_wake_;

@@ -11,9 +11,7 @@
 namespace vitddp::cuda {
 namespace {
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::kFp32};
-std::atomic<int> g_sm_carveout{0};
 std::atomic<bool> g_autotune{false};
-std::atomic<int> g_candidates{8};
 std::atomic<bool> g_concurrent_weight_grads{false};
 std::mutex g_cache_dir_mutex;
 std::string g_cache_dir;
@@ -23,11 +21,6 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 }  // namespace
 
 void set_matmul_precision(MatmulPrecision precision) { g_precision.store(precision); }
-void set_gemm_sm_carveout(int sms) {
-  VITDDP_CHECK(sms >= 0, "SM carve-out must be >= 0, got ", sms);
-  g_sm_carveout.store(sms);
-}
-int gemm_sm_carveout() { return g_sm_carveout.load(); }
 void set_concurrent_weight_grads(bool on) { g_concurrent_weight_grads.store(on); }
 bool concurrent_weight_grads() { return g_concurrent_weight_grads.load(); }
 void set_gemm_autotune(bool on, const std::string& cache_dir) {
@@ -36,11 +29,6 @@ void set_gemm_autotune(bool on, const std::string& cache_dir) {
   g_autotune.store(on);
 }
 bool gemm_autotune() { return g_autotune.load(); }
-void set_gemm_candidates(int candidates) {
-  VITDDP_CHECK(candidates >= 1 && candidates <= 256, "GEMM candidates must be in [1, 256], got ", candidates);
-  g_candidates.store(candidates);
-}
-int gemm_candidates() { return g_candidates.load(); }
 std::string gemm_algorithm_cache_dir() {
   std::lock_guard<std::mutex> lock(g_cache_dir_mutex);
   return g_cache_dir;

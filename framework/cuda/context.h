@@ -19,12 +19,6 @@ enum class MatmulPrecision { kFp32, kTf32 };
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 
-// SMs that matrix products leave to concurrent work (communication kernels): cuBLASLt picks its
-// algorithms for (SMs - carveout), so a product's waves do not come out one SM short when NCCL
-// holds a few (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET). 0: the whole device.
-void set_gemm_sm_carveout(int sms);
-int gemm_sm_carveout();
-
 // Whether a linear layer's backward computes its weight gradient on a second stream beside its
 // input gradient (Note [Weight gradient beside the input gradient] in cuda/linear.cu).
 void set_concurrent_weight_grads(bool on);
@@ -37,11 +31,9 @@ bool concurrent_weight_grads();
 // chooses afresh. See Note [Choosing a GEMM algorithm] in framework/cuda/gemm.cpp.
 void set_gemm_autotune(bool on, const std::string& cache_dir = "");
 bool gemm_autotune();
-// How many of cuBLASLt's heuristic candidates autotuning times per new shape (default 8): more
-// cost more time on a shape's first step and may find a faster algorithm. Part of the cache
-// file's name, so that choices made among fewer candidates are not taken for these.
-void set_gemm_candidates(int candidates);
-int gemm_candidates();
+// How many of cuBLASLt's heuristic candidates autotuning times per new shape: more never found a
+// faster algorithm for this model's shapes (docs/tried.md).
+constexpr int kGemmCandidates = 8;
 std::string gemm_algorithm_cache_dir();
 
 

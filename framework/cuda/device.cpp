@@ -24,4 +24,13 @@ std::vector<std::string> describe_devices() {
   return out;
 }
 
+bool can_access_peer(int a, int b) {
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but leave no error behind for the next check
+    return false;
+  }
+  return can != 0;
+}
+
 }  // namespace vitddp::cuda

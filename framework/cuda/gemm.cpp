@@ -32,12 +32,10 @@ struct PlanKey {
   GemmEpilogue epilogue;
   MatmulPrecision precision;
   bool has_beta;
-  int sm_target;  // 0: the whole device
   bool operator==(const PlanKey& o) const {
     return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, c_f32, epilogue, precision,
-                    has_beta, sm_target) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch,
-                                                     o.sa, o.sb, o.sc, o.dtype, o.c_f32, o.epilogue, o.precision,
-                                                     o.has_beta, o.sm_target);
+                    has_beta) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.sa, o.sb,
+                                          o.sc, o.dtype, o.c_f32, o.epilogue, o.precision, o.has_beta);
   }
 };
 
@@ -47,7 +45,7 @@ struct PlanKeyHash {
     auto mix = [&](int64_t v) { h = (h ^ static_cast<size_t>(v)) * 1099511628211ull; };
     for (int64_t v : {int64_t(key.device), int64_t(key.ta), int64_t(key.tb), key.m, key.n, key.k, key.lda, key.ldb,
                       key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.c_f32),
-                      int64_t(key.epilogue), int64_t(key.precision), int64_t(key.has_beta), int64_t(key.sm_target)})
+                      int64_t(key.epilogue), int64_t(key.precision), int64_t(key.has_beta)})
       mix(v);
     return h;
   }
@@ -93,7 +91,8 @@ std::string describe(const PlanKey& k) {
   out << dtype_name(k.dtype) << (k.precision == MatmulPrecision::kTf32 ? " tf32" : "") << " op=" << (k.ta ? 'T' : 'N')
       << (k.tb ? 'T' : 'N') << " m=" << k.m << " n=" << k.n << " k=" << k.k << " ld=" << k.lda << "," << k.ldb << ","
       << k.ldc << " batch=" << k.batch << " strides=" << k.sa << "," << k.sb << "," << k.sc
-      << " epilogue=" << static_cast<int>(k.epilogue) << " beta=" << k.has_beta << " sms=" << k.sm_target;
+      << " epilogue=" << static_cast<int>(k.epilogue) << " beta=" << k.has_beta
+      << " sms=0";  // every product plans for the whole device; the text keeps earlier files' keys valid
   if (k.c_f32) out << " c=f32";  // appended: the keys of products kept before it existed stay as they were
   return out.str();
 }
@@ -103,24 +102,16 @@ struct DeviceAlgorithms {
   std::unique_ptr<AlgorithmCache> cache;
   std::string dir;   // the folder it was made for
   std::string path;  // "" : nowhere to keep them
-  int candidates = 0;  // gemm_candidates() when it was made (part of the file's name)
   bool told_unusable = false, told_unsaved = false;  // each note once
 };
-
-// "" for the default 8 candidates (the name files had before the count could change), else "-top<N>".
-std::string candidates_suffix() {
-  const int n = gemm_candidates();
-  return n == 8 ? std::string() : "-top" + std::to_string(n);
-}
 
 DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
   static std::unordered_map<int, DeviceAlgorithms> by_device;
   DeviceAlgorithms& d = by_device[device];
   const std::string dir = gemm_algorithm_cache_dir();
-  if (d.cache && d.dir == dir && d.candidates == gemm_candidates()) return d;
+  if (d.cache && d.dir == dir) return d;
   d = DeviceAlgorithms{};
   d.dir = dir;
-  d.candidates = gemm_candidates();
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   std::ostringstream context;
@@ -129,7 +120,7 @@ DeviceAlgorithms& algorithms_for(int device, const CudaContext& ctx) {
   d.cache = std::make_unique<AlgorithmCache>(context.str());
   if (dir.empty()) return d;
   std::string name = std::string("gemm-algorithms-") + prop.name + "-cublaslt" + std::to_string(cublasLtGetVersion()) +
-                     "-cuda" + std::to_string(device) + candidates_suffix() + ".json";
+                     "-cuda" + std::to_string(device) + ".json";
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_') c = '_';
   d.path = dir + "/" + name;
@@ -290,7 +281,7 @@ std::optional<cublasLtMatmulAlgo_t> fastest_algorithm(const Plan& plan, const Ge
   return results[best].algo;
 }
 
-Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPrecision precision, int sm_target,
+Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPrecision precision,
                cudaStream_t stream) {
   Plan plan;
   cudaDataType_t type = cuda_type(g.dtype);
@@ -313,9 +304,6 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof(bias_type)));
   }
-  if (sm_target > 0)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target,
-                                                sizeof(sm_target)));
   plan.a = make_layout(type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
   plan.b = make_layout(type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
   plan.c = make_layout(cuda_type(c_dtype(g)), g.m, g.n, g.ldc, g.batch, g.stride_c);
@@ -324,7 +312,7 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = ctx.workspace_bytes();
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const int candidates = gemm_candidates();
+  constexpr int candidates = kGemmCandidates;
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.desc, plan.a, plan.b, plan.c,
@@ -359,11 +347,9 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
 }
 
 PlanKey key_of(const GemmArgs& g, const CudaContext& ctx) {
-  const int carveout = gemm_sm_carveout();
-  const int sm_target = carveout > 0 ? std::max(1, ctx.sm_count() - carveout) : 0;
-  return PlanKey{ctx.device(), g.trans_a,  g.trans_b,  g.m,       g.n,        g.k,
-                 g.lda,        g.ldb,      g.ldc,      g.batch,   g.stride_a, g.stride_b,
-                 g.stride_c,   g.dtype,    g.c_f32,    g.epilogue, matmul_precision(), g.beta != 0.0f, sm_target};
+  return PlanKey{ctx.device(), g.trans_a, g.trans_b, g.m,     g.n,        g.k,        g.lda,    g.ldb,
+                 g.ldc,        g.batch,   g.stride_a, g.stride_b, g.stride_c, g.dtype, g.c_f32, g.epilogue,
+                 matmul_precision(), g.beta != 0.0f};
 }
 
 std::mutex g_plans_mutex;
@@ -390,7 +376,7 @@ bool try_gemm(const GemmArgs& g, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   auto it = plans().find(key);
   if (it == plans().end())
-    it = plans().emplace(key, make_plan(g, key, ctx, key.precision, key.sm_target, stream)).first;
+    it = plans().emplace(key, make_plan(g, key, ctx, key.precision, stream)).first;
   const Plan& plan = it->second;
   if (!plan.supported) return false;
   if (g.epilogue != GemmEpilogue::kNone)  // the bias pointer changes per call; the descriptor is shared

@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "framework/cuda/launch_window.h"
 
 namespace vitddp::cuda {
 
@@ -34,7 +33,7 @@ class OpProfiler {
   Impl* impl_ = nullptr;
 };
 
-// Brackets a scope when the profiler is on; ends it with the launch window's check.
+// Brackets a scope when the profiler is on.
 class OpScope {
  public:
   explicit OpScope(const char* name) : active_(OpProfiler::instance().enabled()) {
@@ -42,7 +41,6 @@ class OpScope {
   }
   ~OpScope() {
     if (active_) OpProfiler::instance().end();
-    launch_window_after_op();  // Note [Launch window]
   }
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;

@@ -7,7 +7,7 @@ namespace vitddp {
 // head) sits at offset 0. Gradients become ready in roughly that order and DDP buckets are
 // filled in it (see Note [Bucket order] in distributed/bucketing.cpp), so each bucket is one
 // contiguous slice of the gradient buffer and needs no copy in or out.
-ParamArena::ParamArena(const NamedTensors& params, Device device, DType compute_dtype, Allocator* grad_allocator)
+ParamArena::ParamArena(const NamedTensors& params, Device device, DType compute_dtype)
     : params_(params), device_(device), compute_dtype_(compute_dtype) {
   VITDDP_CHECK(compute_dtype == DType::kF32 || compute_dtype == DType::kBF16 || compute_dtype == DType::kF16,
                "ParamArena: compute dtype must be f32, bf16 or f16, got ", dtype_name(compute_dtype));
@@ -22,8 +22,7 @@ ParamArena::ParamArena(const NamedTensors& params, Device device, DType compute_
   }
   flat_master_ = Tensor::zeros({numel_}, DType::kF32, device);
   flat_params_ = mixed_precision() ? Tensor::zeros({numel_}, compute_dtype, device) : flat_master_;
-  flat_grads_ = grad_allocator ? Tensor::empty_with({numel_}, compute_dtype, *grad_allocator, device).fill_(0.0)
-                               : Tensor::zeros({numel_}, compute_dtype, device);
+  flat_grads_ = Tensor::zeros({numel_}, compute_dtype, device);
   for (size_t k = 0; k < params.size(); ++k) {
     Tensor p = params[k].second;
     const Shape strides = contiguous_strides(p.shape());

@@ -21,10 +21,7 @@ class ParamArena {
  public:
   // Copies each parameter's values into the arena on `device` and rebinds the parameter to its
   // slice; each parameter's .grad becomes a (zeroed) view into the gradient buffer.
-  // `grad_allocator`: where the flat gradient buffer comes from (null: the device's allocator);
-  // DDP over NCCL may ask for memory NCCL can register (distributed/nccl/nccl_memory.h).
-  ParamArena(const NamedTensors& params, Device device, DType compute_dtype = DType::kF32,
-             Allocator* grad_allocator = nullptr);
+  ParamArena(const NamedTensors& params, Device device, DType compute_dtype = DType::kF32);
   ParamArena(const ParamArena&) = delete;
   ParamArena& operator=(const ParamArena&) = delete;
 

@@ -11,20 +11,19 @@ namespace vitddp::testing {
 // Two Gloo ranks training vit_tiny in several small buckets on a fixed dataset size, so the
 // sampler's order does not depend on --steps: the DDP update settings' CPU comparisons.
 inline const std::string kTwoTinyGlooRanks =
-    "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --dataset-size 64 --bucket-mb 0.05 "
+    "--procs 2 --model vit_tiny --batch-size 4 --set workers=1 --set dataset-size=64 --bucket-mb 0.05 "
     "--print-every 0";
 
 // Two GPUs over NCCL training vit_tiny on batches made on the GPU, its products chosen by
-// cuBLASLt's heuristic, not by timing (the same in every run): the GPU comparisons. No --steps
-// (expect_checkpoints_resume_exactly sets its own).
+// cuBLASLt's heuristic, not by timing (the same in every run), with the plain update over NCCL
+// whatever the program would choose for two GPUs (a later --set overrides it): the GPU
+// comparisons. No --steps (expect_checkpoints_resume_exactly sets its own).
 inline const std::string kTwoTinyGpuRanks =
-    "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --print-every 0 "
-    "--gemm-autotune=false";
+    "--gpus 2 --set timeout=60 --model vit_tiny --data gpu --batch-size 32 --print-every 0 "
+    "--set gemm-autotune=false --set update=after-backward --set transport=nccl";
 
 // The whole file (empty when it cannot be read).
 std::string file_bytes(const std::string& path);
-// " loss A -> B" of the run's summary line, or "none".
-std::string summary_loss(const std::string& out);
 // The largest difference between the tensors of two weight files (EXPECTs the same names and sizes).
 double worst_weight_difference(const std::string& a_path, const std::string& b_path);
 // N of the start line's "N buckets of <= 0.05 MB" (`cap` = "0.05"), -1 without it.
@@ -37,8 +36,8 @@ int updates_issued_beside_backward(const std::string& out);
 void expect_refused_in_one_line(const std::string& args, const std::string& message);
 
 // Trains `args` plainly and with `flags` (CPU ranks; `args` must not set --save), in a temporary
-// folder named `folder`: both must finish, save the same weights byte for byte, and print the
-// same summary loss. Returns the run with `flags`.
+// folder named `folder`: both must finish, save the same weights byte for byte, and report the
+// same loss in every step (--json). Returns the run with `flags`.
 TrainOutcome expect_flags_keep_the_bytes(const std::string& args, const std::string& flags, const std::string& folder);
 
 // Trains `args` (which must not set --steps, --save or checkpoints) for 2 steps with a checkpoint
@@ -52,8 +51,8 @@ TrainOutcome resume_with_flags(const std::string& args, const std::string& flags
 // `use_gpus`: as run_train's.
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus = false);
 
-// Trains `args` plainly, with `flags` and with `flags` plus --cuda-graph (which must then say it
-// replayed `replays` steps), in a temporary folder named `folder`: all three must finish and save
+// Trains `args` plainly, with `flags` eagerly (--cuda-graph=false) and with `flags` plus
+// --cuda-graph (which must then say it replayed `replays` steps), in a temporary folder named `folder`: all three must finish and save
 // the same weights. Returns the two runs with `flags`. GPU runs.
 struct FlagRuns {
   TrainOutcome eager;

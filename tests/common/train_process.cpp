@@ -10,6 +10,23 @@
 
 namespace vitddp::testing {
 
+nlohmann::json json_line(const std::string& out) {
+  nlohmann::json found;
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    if (out[start] == '{') {
+      nlohmann::json line = nlohmann::json::parse(out.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
+      if (line.is_object()) found = std::move(line);
+    }
+    start = end + 1;
+  }
+  return found;
+}
+
+nlohmann::json TrainOutcome::json() const { return json_line(out); }
+
 TrainOutcome run_train(const std::string& env, const std::string& args, bool use_gpus, int timeout_s) {
   const auto start = std::chrono::steady_clock::now();
   std::string cmd = std::string(use_gpus ? "" : "CUDA_VISIBLE_DEVICES= ") + env + " timeout " +

@@ -3,13 +3,20 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace vitddp::testing {
 
 struct TrainOutcome {
   int code = -1;        // exit status (-1 when it did not exit normally)
   std::string out;      // stdout and stderr together
   double seconds = 0;   // wall time
+  // The run's --json result line (the last output line that is a JSON object); null without one.
+  nlohmann::json json() const;
 };
+
+// The last line of `out` that parses as a JSON object; null when there is none.
+nlohmann::json json_line(const std::string& out);
 
 // `env` is prepended as VAR=value assignments; GPUs are hidden unless `use_gpus`; the run is
 // killed after `timeout_s`.

@@ -85,7 +85,7 @@ TEST(CastCompressOverflow, Bf16HasFp32Range) {
 TEST(CastCompressOverflow, TrainSaysTheFp16HookOverflowed) {
   testing::TempFolder dir("vitddp_cast_overflow_train");
   const std::string base = dir.path() + "/base.safetensors", huge = dir.path() + "/huge.safetensors";
-  const std::string tiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --print-every 0 --optimizer sgd --lr 0";
+  const std::string tiny = "--model vit_tiny --batch-size 4 --set workers=1 --print-every 0 --optimizer sgd --lr 0";
   testing::TrainOutcome o = testing::run_train("", tiny + " --steps 1 --save " + base);
   ASSERT_EQ(o.code, 0) << o.out;
   SafetensorsFile w = read_safetensors(base);

@@ -2,7 +2,7 @@
 // context, which the GPU time-slices; two ranks as threads of one process would share the
 // context's hardware queues, where one rank's flag wait can stand before the other's signal:
 // Note [Host-copy all-reduce]). All-reduces issued back to back after their inputs, as
-// ProcessGroupNccl issues DDP's buckets with --host-copy-overlap (Note [Back-to-back host
+// ProcessGroupNccl issues DDP's buckets with host-copy-overlap (Note [Back-to-back host
 // copies]), with the additions on the receiving stream and beside the copies (Note [Reductions
 // beside the copies]): every sum exact, f32 and bf16, many chunks per ring, a slice again and one
 // twice in a row. A hang is a failure after 120 s (the children are killed), not a blocked test.

@@ -23,7 +23,7 @@ TEST(OverlapGpu, BucketAllReducesStartBeforeBackwardEnds) {
   const std::string path = (dir / "trace.json").string();
   testing::TrainOutcome o = testing::run_train(
       "NCCL_NVLS_ENABLE=0", "--gpus 2 --model vit_l_32 --data gpu --warmup 2 --steps 3 --bucket-mb 25 --print-every 0 "
-                            "--timeout 120 --trace " + path, /*use_gpus=*/true, /*timeout_s=*/300);
+                            "--set timeout=120 --trace " + path, /*use_gpus=*/true, /*timeout_s=*/300);
   ASSERT_EQ(o.code, 0) << o.out;
   std::cout << o.out.substr(o.out.find("trace:")) << std::endl;
   nlohmann::json doc = testing::read_trace(path);

@@ -122,10 +122,10 @@ INSTANTIATE_TEST_SUITE_P(
 // 1's loss NaN in step 3, under --nonfinite `policy`.
 testing::TrainOutcome train_with_nan_in_step_3(const std::string& policy, const std::string& checkpoint_dir) {
   return testing::run_train("VITDDP_FAULT=1:2:nan",
-                            "--procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4 "
+                            "--procs 2 --model vit_tiny --batch-size 4 --set workers=1 --steps 4 "
                             "--print-every 0 --json --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 "
                             "--nonfinite " + policy + " --checkpoint-dir " + checkpoint_dir +
-                                " --checkpoint-every 1 --checkpoint-keep 10");
+                                " --checkpoint-every 1 --set checkpoint-keep=10");
 }
 
 // Under --nonfinite stop the hook updates its state in place (PowerSgdOptions::stage_state

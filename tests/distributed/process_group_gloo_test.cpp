@@ -141,7 +141,7 @@ TEST_P(GlooWorld, AllgatherStacksEveryRanksTensor) {
   });
 }
 
-// In place (out[rank] is `in`, as --shard-update gathers its weights) as well as apart.
+// In place (out[rank] is `in`, as sharded updates gather its weights) as well as apart.
 TEST_P(GlooWorld, AllgatherInPlaceKeepsEveryRow) {
   REQUIRE_GLOO();
   const int world = GetParam();

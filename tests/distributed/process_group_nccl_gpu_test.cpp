@@ -73,7 +73,7 @@ void check_collectives(int rank, ProcessGroupNccl& pg) {
   std::vector<double> v = out.to_vector();
   for (int r = 0; r < world; ++r)
     for (int i = 0; i < 6; ++i) EXPECT_EQ(v[r * 6 + i], (r + 1.0) * (i + 1.0)) << r << "," << i;
-  // In place, as --shard-update gathers its weights.
+  // In place, as sharded updates gather its weights.
   Tensor rows = Tensor::full({world, 6}, -1.0, DType::kF32, Device::cuda(pg.device()));
   rows.as_strided({6}, {1}, rank * 6).copy_(rank_fill(rank, 6, DType::kF32, pg.device()));
   pg.allgather(rows.as_strided({6}, {1}, rank * 6), rows)->wait();

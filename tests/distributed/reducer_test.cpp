@@ -292,7 +292,7 @@ TEST(Reducer, KeepsViewBucketsWhenTheWaitIsSmall) {
   for (size_t b = 0; b < before.size(); ++b) EXPECT_EQ(s.reducer->buckets()[b].params, before[b].params);
 }
 
-// --tail-bucket-mb (Note [The tail buckets]): the reducer makes the tail and says how many buckets
+// tail-bucket-mb (Note [The tail buckets]): the reducer makes the tail and says how many buckets
 // hold it, again after the rebuild from the observed order; restored buckets have none. Four
 // parameters of 16 bytes, used so that gradients arrive p0, p1, p2, p3 against the guess's
 // reverse order; buckets of 48 bytes after a first of 16, the tail (the last 48 bytes) in 16.

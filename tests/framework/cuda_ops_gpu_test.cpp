@@ -61,17 +61,6 @@ TEST_P(CudaOps, Linear) {
   EXPECT_TRUE(matches(no_bias, {input({33, 64}, gen_), input({48, 64}, gen_)}));
 }
 
-// --sm-carveout: products planned for fewer SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) are
-// other algorithms with the same results.
-TEST_P(CudaOps, LinearWithSmCarveout) {
-  auto fn = [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); };
-  for (int sms : {2, 16}) {
-    cuda::set_gemm_sm_carveout(sms);
-    EXPECT_TRUE(matches(fn, {input({8, 50, 256}, gen_), input({384, 256}, gen_), input({384}, gen_)})) << sms;
-  }
-  cuda::set_gemm_sm_carveout(0);
-}
-
 // Products planned with the heuristic's first algorithm and with the fastest of its candidates
 // (Note [Choosing a GEMM algorithm]) give the CPU's results, and so does the bias gradient that
 // the weight-gradient product's epilogue reduces (CUBLASLT_EPILOGUE_BGRADB) over 1600 rows.

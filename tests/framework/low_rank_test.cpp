@@ -67,7 +67,7 @@ TEST(LowRank, ExpandIntoBf16MarksANonFiniteResidual) {
   EXPECT_EQ(flag.to_vector()[0], 1);
 }
 
-// --powersgd-error-dtype bucket: the error and M in the bucket's bf16. Compensation rounds the
+// powersgd-error-dtype bucket: the error and M in the bucket's bf16. Compensation rounds the
 // sum once to bf16; the expansion leaves the residual as bf16(residual - P Q^T) and flags a
 // residual that only bf16 overflows.
 TEST(LowRank, ABucketDtypeErrorIsAddedAndReducedInThatDtype) {

@@ -866,7 +866,7 @@ TEST(Checkpoint, ResumeSettingChangesNameWhatDiffers) {
   const nlohmann::json buckets = {{"bucket-mb", 25.0}, {"first-bucket-mb", 1.0}, {"tail-bucket-mb", 0.0}};
   nlohmann::json tail = buckets;
   tail["tail-bucket-mb"] = 5.0;
-  EXPECT_EQ(resume_setting_changes(buckets, tail), (std::vector<std::string>{"--tail-bucket-mb 0.0 -> 5.0"}));
+  EXPECT_EQ(resume_setting_changes(buckets, tail), (std::vector<std::string>{"tail-bucket-mb 0.0 -> 5.0"}));
 }
 
 TEST(Checkpoint, MoreRanksThanTheCheckpointIsRefusedByName) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_utils.h"
+#include "common/train_process.h"
 #include "framework/io/safetensors.h"
 #include "models/vit/vit.h"
 
@@ -56,7 +57,7 @@ ProcessResult train(const std::string& args) {
   return ::testing::AssertionSuccess();
 }
 
-const char* kTiny = "--model vit_tiny --steps 2 --warmup 0 --batch-size 4 --workers 1";
+const char* kTiny = "--model vit_tiny --steps 2 --batch-size 4 --set workers=1";
 
 TEST(TrainCli, BadFlagsAndModels) {
   EXPECT_TRUE(bad_input("--no-such-flag", "--no-such-flag"));
@@ -64,8 +65,8 @@ TEST(TrainCli, BadFlagsAndModels) {
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --batch-size 0", "--batch-size must be positive"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --batch-size -3", "--batch-size must be positive"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --steps 0", "--steps must be in [1, 100000000], got 0"));
-  EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim -1", "--hidden-dim must be positive"));
-  EXPECT_TRUE(bad_input(std::string(kTiny) + " --patch-size 7", "patch size 7 does not divide image size 32"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --set hidden-dim=-1", "hidden-dim must be positive"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --set patch-size=7", "patch size 7 does not divide image size 32"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --optimizer lamb", "unknown optimizer 'lamb'"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --steps abc", "steps"));
   EXPECT_TRUE(bad_input(std::string(kTiny) + " --device tpu", "unknown device 'tpu'"));
@@ -120,27 +121,47 @@ TEST(TrainCli, OutputsAndDdpOnlyFlagsAreCheckedBeforeTraining) {
 
   EXPECT_TRUE(bad_input(tiny + " --hook powersgd", "--hook powersgd compresses DDP's gradient buckets: it needs data "
                                                    "parallelism"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --hook powersgd --powersgd-error-dtype bf16",
-                        "--powersgd-error-dtype must be f32 or bucket, got 'bf16'"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --hook powersgd --powersgd-products cublas",
-                        "--powersgd-products must be passes or gemm, got 'cublas'"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --hook powersgd --powersgd-error-settle later",
-                        "--powersgd-error-settle must be late or eager, got 'later'"));
-  EXPECT_TRUE(bad_input(tiny + " --device cpu --nccl-register", "--nccl-register registers gradients with NCCL: it "
-                                                                "needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --device cpu --ddp --nccl-register", "it needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --nccl-register", "it needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --device cpu --host-copy-allreduce", "--host-copy-allreduce moves GPU buffers with "
-                                                                      "the copy engines: it needs a GPU, not --procs"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-allreduce", "it needs a GPU, not --procs or --device cpu"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-overlap",
-                        "--host-copy-overlap changes how --host-copy-allreduce's all-reduces follow each other: it "
-                        "needs --host-copy-allreduce"));
-  EXPECT_TRUE(bad_input(tiny + " --procs 2 --host-copy-reduce-beside",
-                        "--host-copy-reduce-beside changes where --host-copy-allreduce adds received chunks: it needs "
-                        "--host-copy-allreduce"));
-  EXPECT_TRUE(bad_input(tiny + " --timeout 0.00001", "--timeout must be in [0.001, 1e7] seconds"));
-  EXPECT_TRUE(bad_input(tiny + " --checkpoint-keep 4294967296", "--checkpoint-keep must be in [1, 1000000]"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --hook powersgd --set powersgd-error-dtype=bf16",
+                        "powersgd-error-dtype must be f32 or bucket, got 'bf16'"));
+  EXPECT_TRUE(bad_input(tiny + " --device cpu --set transport=host-copy", "transport host-copy moves GPU buffers with "
+                                                                          "the copy engines: it needs a GPU, not --procs"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --set transport=host-copy", "it needs a GPU, not --procs or --device cpu"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --set host-copy-overlap=true",
+                        "host-copy-overlap changes how the host copy's all-reduces follow each other: it needs "
+                        "transport host-copy"));
+  EXPECT_TRUE(bad_input(tiny + " --procs 2 --set host-copy-reduce-beside=true",
+                        "host-copy-reduce-beside changes where the host copy adds received chunks: it needs transport "
+                        "host-copy"));
+  EXPECT_TRUE(bad_input(tiny + " --set timeout=0.00001", "timeout must be in [0.001, 1e7] seconds"));
+  EXPECT_TRUE(bad_input(tiny + " --set checkpoint-keep=4294967296", "checkpoint-keep must be in [1, 1000000]"));
+}
+
+// Expert keys are given with --set (or in a config file), never as flags; a flag of earlier
+// versions says what replaced it; --set refuses unknown keys and values of the wrong type.
+TEST(TrainCli, ExpertKeysAndRemovedFlags) {
+  const std::string tiny(kTiny);
+  EXPECT_TRUE(bad_input(tiny + " --tail-bucket-mb 5",
+                        "--tail-bucket-mb is an expert key: give it as --set tail-bucket-mb=VALUE or in a --config file"));
+  EXPECT_TRUE(bad_input(tiny + " --warmup 3", "--warmup was removed: --steps counts every step"));
+  EXPECT_TRUE(bad_input(tiny + " --update-in-forward", "--update-in-forward was removed: give --set update=next-forward"));
+  EXPECT_TRUE(bad_input(tiny + " --sm-carveout 2", "--sm-carveout was removed: it never paid"));
+  EXPECT_TRUE(bad_input(tiny + " --set no-such-key=1", "--set: unknown key 'no-such-key'"));
+  EXPECT_TRUE(bad_input(tiny + " --set workers=two", "--set workers: 'two' is not an integer"));
+  EXPECT_TRUE(bad_input(tiny + " --set ddp=maybe", "--set ddp: 'maybe' is not a boolean"));
+  EXPECT_TRUE(bad_input(tiny + " --set workers", "--set takes KEY=VALUE, got 'workers'"));
+  EXPECT_TRUE(bad_input(tiny + " --set update=later", "update must be after-backward, next-forward or sharded"));
+  // --help-expert lists every expert key, and --help none of them.
+  ProcessResult expert = train("--help-expert");
+  EXPECT_EQ(expert.exit_code, 0) << expert.err;
+  ProcessResult help = train("--help");
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  for (const char* key : {"transport", "update", "tail-bucket-mb", "workers", "untimed-steps", "gemm-autotune"}) {
+    EXPECT_NE(expert.out.find("  " + std::string(key) + " (default "), std::string::npos) << key;
+    EXPECT_EQ(help.out.find("--" + std::string(key) + " "), std::string::npos) << key;
+  }
+  size_t flags = 0;
+  for (size_t at = help.out.find("\n  --"); at != std::string::npos; at = help.out.find("\n  --", at + 1)) ++flags;
+  EXPECT_LE(flags, 37u) << help.out;  // the settings and --config, --set, --help-expert
 }
 
 TEST(TrainCli, BadConfigFiles) {
@@ -164,7 +185,7 @@ TEST(TrainCli, BadSafetensorsFiles) {
   NamedTensors params = other.named_parameters();
   std::string good = (dir / "tiny.safetensors").string();
   write_safetensors(good, params);
-  EXPECT_TRUE(bad_input(std::string(kTiny) + " --hidden-dim 32 --init-from " + good, "in the file but"));
+  EXPECT_TRUE(bad_input(std::string(kTiny) + " --set hidden-dim=32 --init-from " + good, "in the file but"));
   // Truncated and bit-flipped copies of it.
   std::string bytes = slurp(good);
   std::ofstream(dir / "trunc.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
@@ -191,27 +212,34 @@ TEST(TrainCli, ImagesPerSecondCountsShortBatches) {
   std::string data = (dir / "six.safetensors").string();
   write_safetensors(data, {{"images", testing::random_tensor({6, 3, 32, 32}, gen, DType::kF32)},
                            {"labels", Tensor::from_vector(label_values, {6}, DType::kI64)}});
-  ProcessResult r = train("--model vit_tiny --steps 4 --warmup 0 --batch-size 4 --workers 1 --json --data " + data);
+  ProcessResult r = train("--model vit_tiny --steps 4 --batch-size 4 --set workers=1 --set untimed-steps=0 --json --data " +
+                          data);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::string trimmed = r.out.substr(0, r.out.find_last_not_of('\n') + 1);
-  auto j = nlohmann::json::parse(trimmed.substr(trimmed.rfind('\n') + 1));
+  const nlohmann::json j = testing::json_line(r.out);
   EXPECT_NEAR(j["images_per_s"].get<double>() / j["steps_per_s"].get<double>(), 3.0, 1e-9) << r.out;
 }
 
 TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
   auto dir = temp_dir();
   std::string saved = (dir / "trained.safetensors").string();
-  ProcessResult r = train("--steps 3 --warmup 1 --batch-size 4 --workers 2 --json --save " + saved);
+  ProcessResult r = train("--steps 4 --batch-size 4 --json --save " + saved);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("no GPU visible; training on the CPU with the small vit_tiny model"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step    4/4"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("summary: vit_tiny on cpu"), std::string::npos) << r.out;
-  std::string trimmed = r.out.substr(0, r.out.find_last_not_of('\n') + 1);
-  std::string last = trimmed.substr(trimmed.rfind('\n') + 1);  // the JSON line comes last
-  auto j = nlohmann::json::parse(last);
+  const nlohmann::json j = testing::json_line(r.out);
   EXPECT_EQ(j["system"], "vitddp");
+  EXPECT_EQ(j["model"], "vit_tiny");
+  EXPECT_EQ(j["device"], "cpu");
   EXPECT_EQ(j["losses"].size(), 4u);
+  // --steps counts every step; the timing leaves out the first ones, but at least one is timed.
+  EXPECT_EQ(j["steps"], 4);
+  EXPECT_EQ(j["timed_steps"], 1);
+  EXPECT_EQ(j["untimed_steps"], 3);
   EXPECT_GT(j["steps_per_s"].get<double>(), 0.0);
+  // The program chose the loader's threads and said why.
+  ASSERT_EQ(j["chosen"].size(), 1u) << r.out;
+  EXPECT_EQ(j["chosen"][0]["key"], "workers");
+  EXPECT_FALSE(j["chosen"][0]["why"].get<std::string>().empty());
   // Utilisation: the model's FLOPs per image and the rate they make; no peak (and no MFU) for a CPU.
   EXPECT_NEAR(j["train_gflop_per_image"].get<double>(), vit_config_by_name("vit_tiny").training_flops_per_image() / 1e9,
               1e-9);
@@ -226,9 +254,14 @@ TEST(TrainCli, CpuRunPrintsProgressSummaryAndJson) {
   std::vector<double> before = params[0].second.to_vector();
   load_named_tensors(file, params, saved);
   EXPECT_EQ(file.tensors.size(), params.size());
-  // --init-from the saved file continues from the trained weights.
-  ProcessResult again = train(std::string(kTiny) + " --init-from " + saved);
-  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(params[0].second.to_vector(), before);
+  // --init-from the saved file continues from the trained weights: its first loss is not a fresh
+  // model's on the same batch.
+  ProcessResult again = train(std::string(kTiny) + " --json --init-from " + saved);
+  ProcessResult plain = train(std::string(kTiny) + " --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(testing::json_line(again.out)["losses"][0], testing::json_line(plain.out)["losses"][0]);
 }
 
 }  // namespace

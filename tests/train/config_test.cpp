@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/test_utils.h"
 #include "train/config.h"
@@ -44,10 +45,27 @@ TEST(TrainConfig, FlagsOverrideTheFileWhichOverridesDefaults) {
   EXPECT_EQ(again.to_json(), c.to_json());
 }
 
+// What the user gave is recorded wherever it came from (the program never changes those keys),
+// and --set, after the file, overrides it like a flag.
+TEST(TrainConfig, GivenKeysAreRecordedWhereverTheyCameFrom) {
+  auto path = std::filesystem::temp_directory_path() / "vitddp_config_given.json";
+  std::ofstream(path) << R"({"transport": "nccl", "workers": 2})";
+  TrainConfig c = parse({"--config", path.string(), "--bucket-mb", "50", "--set", "tail-bucket-mb=5", "--set",
+                         "workers=3", "--set", "ddp=true"});
+  EXPECT_EQ(c.given, (std::set<std::string>{"bucket-mb", "ddp", "tail-bucket-mb", "transport", "workers"}));
+  EXPECT_EQ(c.workers, 3);
+  EXPECT_EQ(c.tail_bucket_mb, 5.0);
+  EXPECT_TRUE(c.ddp);
+  EXPECT_FALSE(c.is_given("hook"));
+  EXPECT_TRUE(is_public_flag("bucket-mb"));
+  EXPECT_FALSE(is_public_flag("tail-bucket-mb"));
+  EXPECT_FALSE(is_public_flag("no-such-key"));
+}
+
 TEST(TrainConfig, ValidationNamesTheSetting) {
   TrainConfig c;
-  c.warmup = -1;
-  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--warmup must be in [0, 100000000]"}));
+  c.untimed_steps = -1;
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"untimed-steps must be in [0, 100000000]"}));
   c = TrainConfig();
   c.profile_steps = "12:10";
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--profile-steps must be A:B"}));
@@ -57,16 +75,13 @@ TEST(TrainConfig, ValidationNamesTheSetting) {
   c.precision = "fp8";
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"unknown precision 'fp8'"}));
   c = TrainConfig();
-  c.launch_window = -1;
-  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--launch-window must be 0 (no limit)", "got -1"}));
-  c = TrainConfig();
   c.dataset_size = kMaxDatasetSize + 1;
-  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--dataset-size must be in [0, 1000000000]"}));
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"dataset-size must be in [1, 1000000000]"}));
   c = TrainConfig();
-  c.shard_update = true;
-  c.host_copy_allreduce = true;  // the CLI refuses it without a GPU first (tests/train/shard_update_test.cpp)
-  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--shard-update reduce-scatters and all-gathers through "
-                                                           "NCCL; --host-copy-allreduce carries all-reduces only"}));
+  c.update = "sharded";
+  c.transport = "host-copy";  // the CLI refuses it without a GPU first (tests/train/shard_update_test.cpp)
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"update sharded reduce-scatters and all-gathers through "
+                                                           "NCCL; transport host-copy carries all-reduces only"}));
 }
 
 // A hostile config file is one line too: nesting far deeper than a flat config needs is refused

@@ -1,6 +1,6 @@
 // `train --procs N` end to end: the launcher starts N ranks over Gloo; a rank that dies makes
 // the launcher stop the others and exit naming it; bad DDP flags fail before anything starts;
-// --ddp on one process trains exactly as without.
+// --set ddp=true on one process trains exactly as without.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -14,7 +14,6 @@
 #include "common/run_checks.h"
 #include "common/test_utils.h"
 #include "common/train_process.h"
-#include "train/cpu_binding.h"
 
 namespace vitddp {
 namespace {
@@ -22,7 +21,7 @@ namespace {
 using Outcome = testing::TrainOutcome;
 Outcome run(const std::string& env, const std::string& args) { return testing::run_train(env, args); }
 
-const std::string kTiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --print-every 1";
+const std::string kTiny = "--model vit_tiny --batch-size 4 --set workers=1 --print-every 1";
 
 TEST(DdpCli, TwoCpuRanksTrain) {
   Outcome o = run("", "--procs 2 --steps 3 --bucket-mb 0.05 " + kTiny);
@@ -33,7 +32,7 @@ TEST(DdpCli, TwoCpuRanksTrain) {
   EXPECT_EQ(o.out.find("summary:"), o.out.rfind("summary:")) << o.out;
 }
 
-// --ddp on one process takes the data-parallel path (a Gloo group of one, the reducer, its
+// --set ddp=true on one process takes the data-parallel path (a Gloo group of one, the reducer, its
 // buckets and hook) and must train exactly as the plain path: the same weights, bit for bit.
 TEST(DdpCli, DdpOnOneProcessGivesTheSameWeights) {
   testing::TempFolder dir("vitddp_ddp1");
@@ -41,7 +40,7 @@ TEST(DdpCli, DdpOnOneProcessGivesTheSameWeights) {
   Outcome plain = run("", args + " --save " + dir.path() + "/plain.safetensors");
   ASSERT_EQ(plain.code, 0) << plain.out;
   EXPECT_EQ(plain.out.find("data parallel:"), std::string::npos) << plain.out;
-  Outcome ddp = run("", args + " --ddp --save " + dir.path() + "/ddp.safetensors");
+  Outcome ddp = run("", args + " --set ddp=true --save " + dir.path() + "/ddp.safetensors");
   ASSERT_EQ(ddp.code, 0) << ddp.out;
   EXPECT_NE(ddp.out.find("data parallel: 1 rank (gloo), "), std::string::npos) << ddp.out;
   auto bytes = [&](const std::string& name) {
@@ -50,11 +49,11 @@ TEST(DdpCli, DdpOnOneProcessGivesTheSameWeights) {
   };
   const std::string a = bytes("plain.safetensors"), b = bytes("ddp.safetensors");
   EXPECT_GT(a.size(), 10000u);
-  EXPECT_TRUE(a == b) << "the weights differ with --ddp on one process";
+  EXPECT_TRUE(a == b) << "the weights differ with --set ddp=true on one process";
 }
 
 TEST(DdpCli, ADeadRankStopsTheRunAndIsNamed) {
-  Outcome o = run("VITDDP_FAULT=1:1:exit", "--procs 2 --steps 5 --timeout 10 " + kTiny);
+  Outcome o = run("VITDDP_FAULT=1:1:exit", "--procs 2 --steps 5 --set timeout=10 " + kTiny);
   EXPECT_EQ(o.code, 7) << o.out;
   EXPECT_NE(o.out.find("launcher: rank 1 exited with status 7"), std::string::npos) << o.out;
   EXPECT_LT(o.seconds, 10 + 10) << o.out;
@@ -62,14 +61,14 @@ TEST(DdpCli, ADeadRankStopsTheRunAndIsNamed) {
 
 TEST(DdpCli, AKilledRankIsNamedWhateverOrderTheRanksEnd) {
   for (int attempt = 0; attempt < 3; ++attempt) {
-    Outcome o = run("VITDDP_FAULT=1:1:kill", "--procs 2 --steps 5 --timeout 10 " + kTiny);
+    Outcome o = run("VITDDP_FAULT=1:1:kill", "--procs 2 --steps 5 --set timeout=10 " + kTiny);
     EXPECT_EQ(o.code, 128 + 9) << o.out;
     EXPECT_NE(o.out.find("launcher: rank 1 was killed by signal 9"), std::string::npos) << o.out;
   }
 }
 
 TEST(DdpCli, AHungRankTimesOutWithinTheTimeout) {
-  Outcome o = run("VITDDP_FAULT=1:3:hang", "--procs 2 --steps 5 --timeout 3 " + kTiny);
+  Outcome o = run("VITDDP_FAULT=1:3:hang", "--procs 2 --steps 5 --set timeout=3 " + kTiny);
   EXPECT_EQ(o.code, 4) << o.out;
   EXPECT_NE(o.out.find("Timed out"), std::string::npos) << o.out;
   // Rank 0's message names the rank that did not come (Note [Naming the late rank]).
@@ -82,35 +81,11 @@ TEST(DdpCli, BadDdpFlagsFailBeforeLaunching) {
   for (auto [args, message] : {std::pair<std::string, std::string>{"--procs 2 --bucket-mb 0", "--bucket-mb must be > 0"},
                                {"--procs 2 --hook zip", "unknown hook 'zip'"},
                                {"--procs 2 --powersgd-rank 0", "--powersgd-rank must be >= 1"},
-                               {"--procs 2 --sm-carveout 65", "--sm-carveout must be in [0, 64], got 65"},
-                               {"--procs 2 --gemm-candidates 0", "--gemm-candidates must be in [1, 256], got 0"},
-                               {"--procs 2 --bind-cpus -1", "--bind-cpus must be in [0, 1024], got -1"},
+                               {"--procs 2 --set update=sharded --hook bf16", "update sharded reduce-scatters"},
                                {"--procs 2 --gpus 2", "--gpus and --procs exclude each other"},
                                {"--gpus 2", "--gpus 2 asked for but 0 GPU(s) visible"}}) {
     testing::expect_refused_in_one_line(args + " " + kTiny, message);
   }
-}
-
-// --bind-cpus over two processes: each rank says which CPU its training thread went to, and a
-// count that does not fit on this machine stops the launcher before any rank starts.
-TEST(DdpCli, BoundRanksNameTheirCpusAndTooManyFailBeforeLaunching) {
-  const std::vector<int> cpus = allowed_cpus();
-  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs";
-  Outcome o = run("", "--procs 2 --bind-cpus 1 --steps 2 " + kTiny);
-  ASSERT_EQ(o.code, 0) << o.out;
-  EXPECT_NE(o.out.find("cpu binding: rank 0 (local 0): training thread on CPU(s) " + std::to_string(cpus[0]) + "\n"),
-            std::string::npos)
-      << o.out;
-  EXPECT_NE(o.out.find("cpu binding: rank 1 (local 1): training thread on CPU(s) " + std::to_string(cpus[1]) + "\n"),
-            std::string::npos)
-      << o.out;
-  const int64_t too_many = static_cast<int64_t>(cpus.size()) / 2 + 1;
-  o = run("", "--procs 2 --bind-cpus " + std::to_string(too_many) + " --steps 2 " + kTiny);
-  EXPECT_EQ(o.code, 2) << o.out;
-  EXPECT_NE(o.out.find("train: error: --bind-cpus " + std::to_string(too_many) + ": 2 rank(s) on this machine need"),
-            std::string::npos)
-      << o.out;
-  EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
 }
 
 TEST(DdpCli, BadRankEnvironmentIsAClearError) {

@@ -15,7 +15,7 @@ namespace {
     if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";          \
   } while (0)
 
-const std::string kTwoGpus = "--gpus 2 --timeout 10 --model vit_tiny --data gpu --batch-size 32 --warmup 0 "
+const std::string kTwoGpus = "--gpus 2 --set timeout=10 --model vit_tiny --data gpu --batch-size 32 "
                              "--steps 8 --print-every 1";
 
 testing::TrainOutcome run(const std::string& env) { return testing::run_train(env, kTwoGpus, true, 120); }

@@ -15,8 +15,8 @@ TEST(CudaGraphSettings, ThePlainStepTheSixteenBitHooksOnSixteenBitBucketsAndPowe
     c.hook = hook;
     EXPECT_EQ(cuda_graph_unsupported(c, 100), "") << hook;
   }
-  c.sm_carveout = 2;  // kept by the capture like any other setting of the step
-  c.concurrent_wgrad = false;
+  c.concurrent_wgrad = false;  // kept by the capture like any other setting of the step
+  c.update = "sharded";        // its bucket updates are captured with the step (SGD)
   EXPECT_EQ(cuda_graph_unsupported(c, 100), "");
 }
 
@@ -27,13 +27,17 @@ TEST(CudaGraphSettings, EachSettingThatChangesTheStepIsNamed) {
     return cuda_graph_unsupported(c, 100);
   };
   EXPECT_NE(why([](TrainConfig& c) { c.accumulate = 2; }).find("--accumulate 2"), std::string::npos);
-  EXPECT_NE(why([](TrainConfig& c) { c.update_in_forward = true; }).find("--update-in-forward"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) { c.update = "next-forward"; }).find("update next-forward"), std::string::npos);
+  EXPECT_NE(why([](TrainConfig& c) {
+              c.update = "sharded";
+              c.optimizer = "adamw";
+            }).find("update sharded with adamw"),
+            std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.hook = "fp16"; }).find("--hook fp16 on f32 buckets"), std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.find_unused_parameters = true; }).find("--find-unused-parameters"),
             std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.dropout = 0.1; }).find("--dropout"), std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.trace = "t.json"; }).find("--trace"), std::string::npos);
-  EXPECT_NE(why([](TrainConfig& c) { c.launch_window = 16; }).find("--launch-window"), std::string::npos);
   TrainConfig c;
   EXPECT_NE(cuda_graph_unsupported(c, 2).find("the run has 2 step(s)"), std::string::npos);
   // PowerSGD is captured after its first compressed step: with start iteration 2, from the fourth.

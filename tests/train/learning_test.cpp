@@ -19,7 +19,6 @@ TEST(Training, LossFallsWellBelowChanceOnALearnableTask) {
   c.dataset_size = 4096;
   c.batch_size = 32;
   c.steps = 250;
-  c.warmup = 0;
   c.optimizer = "adamw";
   c.lr = 1e-3;
   c.weight_decay = 0.0;

@@ -24,7 +24,7 @@ std::pair<int, std::string> run(const std::string& env, const std::string& args)
   return {o.code, o.out};
 }
 
-const std::string kTiny = "--model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 4";
+const std::string kTiny = "--model vit_tiny --batch-size 4 --set workers=1 --steps 4";
 
 TEST(Nonfinite, CheckFindsTheFirstBadElementAndTheOptimizerSkips) {
   Tensor a = Tensor::from_vector({1, 2, 3}, {3}).set_requires_grad(true);

@@ -24,7 +24,7 @@ TEST(TrainNvtx, StepForwardBackwardBucketsAndOptimizer) {
   const std::string log = (dir / "ranges").string();
   std::string cmd = "CUDA_VISIBLE_DEVICES= NVTX_INJECTION64_PATH=" + std::string(VITDDP_NVTX_RECORDER) +
                     " VITDDP_NVTX_LOG=" + log + " timeout 120 " + VITDDP_TRAIN_BIN +
-                    " --procs 2 --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 2 --bucket-mb 0.05 "
+                    " --procs 2 --model vit_tiny --batch-size 4 --set workers=1 --steps 2 --bucket-mb 0.05 "
                     "--print-every 0 > " + (dir / "out").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream in(log + ".0");

@@ -15,7 +15,7 @@
 namespace vitddp {
 namespace {
 
-const std::string kArgs = "--timeout 30 --model vit_tiny --data gpu --batch-size 16 --warmup 0 --steps 3 "
+const std::string kArgs = "--set timeout=30 --model vit_tiny --data gpu --batch-size 16 --steps 3 "
                           "--print-every 1 --json";
 
 // Runs both ranks at once, env_of(rank) giving a rank's variables and `name` its rendezvous

@@ -28,7 +28,7 @@ std::pair<int, std::string> run(const std::string& args) {
   return {o.code, o.out};
 }
 
-const std::string kRun = "--model vit_tiny --data gpu --batch-size 16 --warmup 0 --optimizer adamw --lr 0.001 "
+const std::string kRun = "--model vit_tiny --data gpu --batch-size 16 --optimizer adamw --lr 0.001 "
                          "--dropout 0.1 --print-every 0";
 
 // Both files hold the same tensors, equal within `rtol` of their magnitude (at least 1).
@@ -57,9 +57,9 @@ void check_resume(const std::string& extra, const std::string& record_holds = ""
   ASSERT_EQ(a, 0) << out_a;
   auto [b, out_b] = run(kRun + extra + " --steps 6 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
   ASSERT_EQ(b, 0) << out_b;
-  auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  auto [c, out_c] = run(kRun + extra + " --steps 10 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
   ASSERT_EQ(c, 0) << out_c;
-  EXPECT_NE(out_c.find("(step 6)"), std::string::npos) << out_c;
+  EXPECT_EQ(testing::json_line(out_c)["first_step"], 7) << out_c;
   EXPECT_TRUE(weights_match(straight, resumed, 1e-5));
   if (!record_holds.empty()) {
     std::ifstream in(ckpt + "/step-000006/rank-0.json");
@@ -77,7 +77,7 @@ TEST(ResumeGpu, KilledDuringASaveResumesFromThePreviousCheckpoint) {
   const std::string straight = (dir / "straight.safetensors").string();
   const std::string resumed = (dir / "resumed.safetensors").string();
   const std::string ckpt = (dir / "ckpt").string();
-  const std::string two = " --gpus 2 --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --timeout 60";
+  const std::string two = " --gpus 2 --hook powersgd --powersgd-start-iter 1 --bucket-mb 0.05 --set timeout=60";
   auto [a, out_a] = run(kRun + two + " --steps 8 --save " + straight);
   ASSERT_EQ(a, 0) << out_a;
   testing::KilledOutcome k =
@@ -85,10 +85,32 @@ TEST(ResumeGpu, KilledDuringASaveResumesFromThePreviousCheckpoint) {
                                " --checkpoint-every 2", "VITDDP_TEST_PAUSE_IN_SAVE: paused", /*use_gpus=*/true, 600);
   ASSERT_TRUE(k.killed) << k.out;
   EXPECT_FALSE(fs::exists(ckpt + "/step-000004/rank-0.json")) << "the step-4 save finished before the kill";
-  auto [c, out_c] = run(kRun + two + " --steps 8 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  auto [c, out_c] = run(kRun + two + " --steps 8 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
   ASSERT_EQ(c, 0) << out_c;
-  EXPECT_NE(out_c.find("(step 2)"), std::string::npos) << out_c;
+  EXPECT_EQ(testing::json_line(out_c)["first_step"], 3) << out_c;
   EXPECT_TRUE(weights_match(straight, resumed, 1e-5));
+}
+
+// A run of ViT-L/32 with every default (the CUDA graph, GEMM autotuning and its cache, the
+// synthetic images through the loader) stopped after 4 steps and resumed with --steps 8: the
+// weights of one uninterrupted run of 8 steps, bit for bit.
+TEST(ResumeGpu, DefaultFlagsWithMoreStepsGiveTheUninterruptedWeights) {
+  VITDDP_REQUIRE_GPU();
+  testing::TempFolder dir("vitddp_resume_gpu_defaults");
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string();
+  const std::string ckpt = (dir / "ckpt").string();
+  auto [a, out_a] = run("--gpus 1 --steps 8 --print-every 0 --save " + straight);
+  ASSERT_EQ(a, 0) << out_a;
+  auto [b, out_b] = run("--gpus 1 --steps 4 --print-every 0 --checkpoint-dir " + ckpt + " --checkpoint-every 4");
+  ASSERT_EQ(b, 0) << out_b;
+  auto [c, out_c] =
+      run("--gpus 1 --steps 8 --print-every 0 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
+  ASSERT_EQ(c, 0) << out_c;
+  const nlohmann::json j = testing::json_line(out_c);
+  EXPECT_EQ(j["first_step"], 5) << out_c;
+  EXPECT_TRUE(j["config"]["cuda-graph"].get<bool>()) << out_c;
+  EXPECT_TRUE(weights_match(straight, resumed, 0.0));
 }
 
 TEST(ResumeGpu, OneGpuMatchesTheUninterruptedRun) {
@@ -101,20 +123,20 @@ TEST(ResumeGpu, TwoGpusWithPowerSgdMatchTheUninterruptedRun) {
   check_resume(" --gpus 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05");
 }
 
-// One rank (--ddp) on one GPU: PowerSGD compresses all the same, and with rank 4 on the GPU's
+// One rank (ddp) on one GPU: PowerSGD compresses all the same, and with rank 4 on the GPU's
 // passes the error is settled a step late (Note [The error settled a step late]): M and the sent
 // P travel in the checkpoint. Runs where two GPUs are not at hand.
 TEST(ResumeGpu, OneRankWithPowerSgdSettledLateMatchesTheUninterruptedRun) {
   VITDDP_REQUIRE_GPU();
-  check_resume(" --gpus 1 --ddp --precision bf16 --hook powersgd --powersgd-rank 4 --powersgd-error-dtype bucket "
+  check_resume(" --gpus 1 --set ddp=true --precision bf16 --hook powersgd --powersgd-rank 4 --set powersgd-error-dtype=bucket "
                "--powersgd-start-iter 2 --bucket-mb 0.05",
                "\"sent_p\": true");
 }
 
-// --powersgd-error-dtype bucket in bf16 training: the bf16 error travels in the checkpoint.
+// powersgd-error-dtype bucket in bf16 training: the bf16 error travels in the checkpoint.
 TEST(ResumeGpu, TwoGpusWithPowerSgdAndABf16ErrorMatchTheUninterruptedRun) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  check_resume(" --gpus 2 --precision bf16 --hook powersgd --powersgd-rank 4 --powersgd-error-dtype bucket "
+  check_resume(" --gpus 2 --precision bf16 --hook powersgd --powersgd-rank 4 --set powersgd-error-dtype=bucket "
                "--powersgd-start-iter 2 --bucket-mb 0.05");
 }
 

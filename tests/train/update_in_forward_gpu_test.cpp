@@ -1,8 +1,8 @@
-// `train --gpus 2 --update-in-forward` over NCCL (Note [Updates in the next forward]): the same
+// `train --gpus 2 --set update=next-forward` over NCCL (Note [Updates in the next forward]): the same
 // weights, bit for bit, as the plain update, in fp32 and in bf16 (f32 master weights updated in
 // ranges, their bf16 copy rewritten bucket by bucket in the next forward), with the first
 // layers' buckets sent after backward, and with the buckets after the first held to the end
-// (--held-buckets). Skipped without 2 GPUs.
+// (held-buckets). Skipped without 2 GPUs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,8 +22,9 @@ TEST(UpdateInForwardGpu, GivesTheWeightsOfThePlainUpdate) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
   testing::TempFolder dir("vitddp_uif_gpu");
   // Products chosen by cuBLASLt's heuristic, not by timing: the same in both runs.
-  const std::string base = "--gpus 2 --timeout 60 --model vit_tiny --data gpu --batch-size 32 --warmup 0 --steps 4 "
-                           "--print-every 0 --bucket-mb 0.05 --momentum 0.9 --gemm-autotune=false";
+  const std::string base = "--gpus 2 --set timeout=60 --model vit_tiny --data gpu --batch-size 32 --steps 4 "
+                           "--print-every 0 --bucket-mb 0.05 --momentum 0.9 --set gemm-autotune=false "
+                           "--set update=after-backward --set transport=nccl";
   for (auto [precision, held] : {std::pair<const char*, int>{"fp32", 0}, {"bf16", 0}, {"bf16", 2}}) {
     SCOPED_TRACE(std::string(precision) + ", held " + std::to_string(held));
     const std::string args = base + " --precision " + precision;
@@ -31,7 +32,7 @@ TEST(UpdateInForwardGpu, GivesTheWeightsOfThePlainUpdate) {
     testing::TrainOutcome a = testing::run_train("", args + " --save " + plain, true, 300);
     ASSERT_EQ(a.code, 0) << a.out;
     testing::TrainOutcome b = testing::run_train(
-        "", args + " --update-in-forward --ready-order-share 0.4 --held-buckets " + std::to_string(held) + " --save " +
+        "", args + " --set update=next-forward --set ready-order-share=0.4 --set held-buckets=" + std::to_string(held) + " --save " +
                 deferred,
         true, 300);
     ASSERT_EQ(b.code, 0) << b.out;

@@ -1,4 +1,4 @@
-// `train --update-in-forward` (Note [Updates in the next forward]) over 2 Gloo ranks: the same
+// The expert key update next-forward (Note [Updates in the next forward]) over 2 Gloo ranks: the same
 // weights, bit for bit, as the plain update (SGD with momentum, AdamW, gradient accumulation,
 // gradients copied into buckets, first layers' buckets sent first, held buckets sent last), checkpoints that resume
 // exactly, a NaN that still stops the run at its step, and bad combinations refused before
@@ -23,9 +23,9 @@ TEST(UpdateInForward, GivesTheWeightsOfThePlainUpdate) {
                                      std::string("--momentum 0.9 --accumulate 2"),
                                      std::string("--momentum 0.9 --grad-as-bucket-view=false")}) {
     SCOPED_TRACE(setting);
-    for (const std::string& mode : {std::string("--update-in-forward"),
-                                    std::string("--update-in-forward --ready-order-share 0.3"),
-                                    std::string("--update-in-forward --ready-order-share 0.3 --held-buckets 1")}) {
+    for (const std::string& mode : {std::string("--set update=next-forward"),
+                                    std::string("--set update=next-forward --set ready-order-share=0.3"),
+                                    std::string("--set update=next-forward --set ready-order-share=0.3 --set held-buckets=1")}) {
       SCOPED_TRACE(mode);
       testing::expect_flags_keep_the_bytes(kTwoTinyGlooRanks + " --steps 4 " + setting, mode, "vitddp_uif");
     }
@@ -37,7 +37,7 @@ TEST(UpdateInForward, CheckpointsResumeExactly) {
   for (const std::string held : {"0", "2"}) {
     SCOPED_TRACE("held " + held);
     testing::expect_checkpoints_resume_exactly(
-        kTwoTinyGlooRanks + " --momentum 0.9 --update-in-forward --ready-order-share 0.3 --held-buckets " + held,
+        kTwoTinyGlooRanks + " --momentum 0.9 --set update=next-forward --set ready-order-share=0.3 --set held-buckets=" + held,
         "vitddp_uif_ckpt");
   }
 }
@@ -45,41 +45,41 @@ TEST(UpdateInForward, CheckpointsResumeExactly) {
 // The start line says how the buckets go: in ready order, after backward, and the held ones last
 // (at most all but the first).
 TEST(UpdateInForward, TheStartLineNamesTheLaunchOrder) {
-  Outcome o = testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --update-in-forward --ready-order-share 0.3 "
-                                                         "--held-buckets 2");
+  Outcome o = testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --set update=next-forward --set ready-order-share=0.3 "
+                                                         "--set held-buckets=2");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find(" buckets launched in ready order and the rest after backward, the first layers' first, then "
                        "the 2 held buckets last\n"),
             std::string::npos)
       << o.out;
-  o = testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --update-in-forward --ready-order-share 0.3 "
-                                                 "--held-buckets 1000");
+  o = testing::run_train("", kTwoTinyGlooRanks + " --steps 1 --set update=next-forward --set ready-order-share=0.3 "
+                                                 "--set held-buckets=1000");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find(", 1 buckets launched in ready order, the "), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("the first layers' first"), std::string::npos) << o.out;
 }
 
 TEST(UpdateInForward, ANanStillStopsTheRunAtItsStep) {
-  Outcome o = testing::run_train("VITDDP_FAULT=1:1:nan", kTwoTinyGlooRanks + " --steps 4 --update-in-forward");
+  Outcome o = testing::run_train("VITDDP_FAULT=1:1:nan", kTwoTinyGlooRanks + " --steps 4 --set update=next-forward");
   EXPECT_EQ(o.code, 5) << o.out;
   EXPECT_NE(o.out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
   // And at the last step, whose updates are applied only after the loop.
-  o = testing::run_train("VITDDP_FAULT=0:3:nan", kTwoTinyGlooRanks + " --steps 4 --update-in-forward");
+  o = testing::run_train("VITDDP_FAULT=0:3:nan", kTwoTinyGlooRanks + " --steps 4 --set update=next-forward");
   EXPECT_EQ(o.code, 5) << o.out;
   EXPECT_NE(o.out.find("step 4 (rank 0): non-finite gradient in "), std::string::npos) << o.out;
 }
 
 TEST(UpdateInForward, BadCombinationsAreOneLineAndExitTwo) {
   for (auto [args, message] :
-       {std::pair<std::string, std::string>{"--procs 2 --ready-order-share 0", "--ready-order-share must be in (0, 1]"},
-        {"--procs 2 --ready-order-share 1.5", "--ready-order-share must be in (0, 1]"},
-        {"--procs 2 --ready-order-share 0.5", "without --update-in-forward"},
-        {"--procs 2 --held-buckets 1", "--held-buckets 1 sends the last layers' gradients last"},
-        {"--procs 2 --update-in-forward --held-buckets 1", "it needs --ready-order-share below 1"},
-        {"--procs 2 --update-in-forward --held-buckets -1", "--held-buckets must be in [0, 100000]"},
-        {"--procs 2 --update-in-forward --nonfinite skip", "--nonfinite skip needs them all first"},
-        {"--update-in-forward", "--update-in-forward defers DDP's bucket updates: it needs data parallelism"}}) {
-    testing::expect_refused_in_one_line(args + " --model vit_tiny --batch-size 4 --workers 1 --warmup 0 --steps 1", message);
+       {std::pair<std::string, std::string>{"--procs 2 --set ready-order-share=0", "ready-order-share must be in (0, 1]"},
+        {"--procs 2 --set ready-order-share=1.5", "ready-order-share must be in (0, 1]"},
+        {"--procs 2 --set ready-order-share=0.5", "without update next-forward"},
+        {"--procs 2 --set held-buckets=1", "held-buckets 1 sends the last layers' gradients last"},
+        {"--procs 2 --set update=next-forward --set held-buckets=1", "it needs ready-order-share below 1"},
+        {"--procs 2 --set update=next-forward --set held-buckets=-1", "held-buckets must be in [0, 100000]"},
+        {"--procs 2 --set update=next-forward --nonfinite skip", "--nonfinite skip needs them all first"},
+        {"--set update=next-forward", "update next-forward places DDP's bucket updates: it needs data parallelism"}}) {
+    testing::expect_refused_in_one_line(args + " --model vit_tiny --batch-size 4 --set workers=1 --steps 1", message);
   }
 }
 

@@ -439,7 +439,7 @@ BenchPlan make_plan(const BenchFlags& f) {
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!f.host_copy_overlap || f.host_copy, "--host-copy-overlap needs --host-copy");
   VITDDP_CHECK(!f.host_copy_reduce_beside || f.host_copy, "--host-copy-reduce-beside needs --host-copy");
-  check_timeout_flag(f.timeout);
+  check_timeout_flag(f.timeout, "--timeout");
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
                "--sizes excludes --min-bytes and --max-bytes");
   if (!f.sizes.empty()) {

@@ -50,7 +50,7 @@ SweepSchema train_schema() { return SweepSchema::from_defaults(TrainConfig().to_
 void check_run_flags(const Sweep& sweep, size_t i) {
   const SweepRun& run = sweep.runs[i];
   std::vector<std::string> args = {"train"};
-  for (const std::string& a : run.to_args()) args.push_back(a);
+  for (const std::string& a : run.to_args(is_public_flag)) args.push_back(a);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   TrainConfig config;
@@ -269,7 +269,7 @@ int run_sweep(const SweepOptions& opt) {
   };
   auto train_argv = [&](size_t i, int launch) {
     std::vector<std::string> argv = {self};
-    for (const std::string& a : sweep.runs[i].to_args()) argv.push_back(a);
+    for (const std::string& a : sweep.runs[i].to_args(is_public_flag)) argv.push_back(a);
     argv.push_back("--json");
     if (opt.trace) {
       argv.push_back("--trace");

@@ -27,7 +27,7 @@ nlohmann::json LoaderBenchResult::to_json() const {
   j["workers"] = workers;
   j["batches"] = batches;
   j["images"] = images;
-  j["warmup_batches"] = warmup_batches;
+  j["untimed_batches"] = untimed_batches;
   j["seconds"] = seconds;
   j["wait_seconds"] = wait_seconds;
   j["images_per_s"] = images_per_second();
@@ -41,12 +41,12 @@ std::string LoaderBenchResult::summary() const {
     << batch_size << ", " << workers << (workers == 1 ? " worker" : " workers") << ", data " << data << ": "
     << std::fixed << std::setprecision(1) << images_per_second() << " images/s, " << std::setprecision(2)
     << batches_per_second() << " batches/s (" << batches << (batches == 1 ? " batch" : " batches") << " of "
-    << images << " images after " << warmup_batches << " warm-up)";
+    << images << " images after " << untimed_batches << " untimed)";
   return s.str();
 }
 
 LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model) {
-  std::unique_ptr<Dataset> dataset = make_dataset(config, model, 1);
+  std::unique_ptr<Dataset> dataset = make_dataset(config, model);
   SamplerOptions sampler_options;
   sampler_options.dataset_size = dataset->size();
   sampler_options.seed = config.seed;
@@ -62,11 +62,12 @@ LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model
   r.image_size = model.image_size;
   r.batch_size = config.batch_size;
   r.workers = config.workers;
-  r.warmup_batches = config.warmup;
-  for (int64_t i = 0; i < config.warmup; ++i) loader.next();
+  // --steps batches in all, as training takes them; the first untimed-steps ones fill the pipeline.
+  r.untimed_batches = std::min(config.untimed_steps, config.steps - 1);
+  for (int64_t i = 0; i < r.untimed_batches; ++i) loader.next();
   const LoaderStats before = loader.stats();
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < config.steps; ++i) loader.next();
+  for (int64_t i = r.untimed_batches; i < config.steps; ++i) loader.next();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const LoaderStats after = loader.stats();
   r.batches = after.batches - before.batches;

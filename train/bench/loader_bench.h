@@ -1,9 +1,10 @@
 // `train bench loader [training flags]`: the data loader alone, built as a training run with the
-// same flags builds it (--data, --dataset-size, the model's image size, --batch-size, --workers,
-// --seed), without a model or a GPU: images and batches per second over --steps batches after
-// --warmup, the rate a training step would have to beat for the loader to hold it up.
+// same flags builds it (--data, the model's image size, --batch-size, --seed, and the expert keys
+// dataset-size and workers), without a model or a GPU: images and batches per second over --steps
+// batches, the first untimed-steps of them untimed: the rate a training step would have to beat
+// for the loader to hold it up.
 //
-//   train bench loader --model vit_l_32 --workers 8            # ViT-L/32's 224x224 synthetic images
+//   train bench loader --model vit_l_32 --set workers=8        # ViT-L/32's 224x224 synthetic images
 //   train bench loader --model vit_l_32 --data train.safetensors --json
 //
 // One process, host memory (a GPU run also copies each batch into pinned memory and to the
@@ -21,7 +22,7 @@ namespace vitddp::bench {
 
 struct LoaderBenchResult {
   std::string model, data;
-  int64_t channels = 0, image_size = 0, batch_size = 0, warmup_batches = 0;
+  int64_t channels = 0, image_size = 0, batch_size = 0, untimed_batches = 0;
   int64_t batches = 0, images = 0;  // timed, as the loader delivered them (an epoch's last batch may be short)
   int workers = 0;
   double seconds = 0;       // the timed batches' wall time
@@ -33,7 +34,7 @@ struct LoaderBenchResult {
   std::string summary() const;  // one line
 };
 
-// Runs the loader of `config` for `model` (config.warmup untimed batches, then config.steps).
+// Runs the loader of `config` for `model`: config.steps batches, the first untimed-steps untimed.
 LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model);
 
 // The subcommand: parses the training flags after "bench loader", refuses those that do not

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "framework/core/error.h"
+#include "train/config.h"
 
 namespace vitddp::bench {
 namespace {
@@ -27,19 +28,20 @@ ReferenceCommand reference_command(const SweepRun& run, const nlohmann::json& tr
   auto changed = [&](const std::string& name) { return c.contains(name) && c[name] != train_defaults.value(name, nlohmann::json()); };
 
   // Flags the script has, handled below; flags that do not change what is measured.
-  static const std::set<std::string> mapped = {"model",     "batch-size", "image-size", "warmup",    "steps",
+  static const std::set<std::string> mapped = {"model",     "batch-size", "image-size", "untimed-steps", "steps",
                                                "workers",   "data",       "precision",  "optimizer", "gpus",
                                                "ddp",       "bucket-mb",  "static-graph", "grad-as-bucket-view",
                                                "hook",      "powersgd-rank", "device",  "procs"};
   static const std::set<std::string> ignored = {"lr",   "seed", "print-every", "json", "timeout", "nonfinite",
                                                 "save", "op-breakdown", "profile-steps", "gemm-autotune",
-                                                "gemm-cache-dir", "gemm-candidates", "concurrent-wgrad"};
+                                                "gemm-cache-dir", "concurrent-wgrad", "checkpoint-keep"};
   if (changed("procs")) return none("--procs: the reference trains on GPUs only");
   const std::string device = text_of(c["device"]);
   if (device == "cpu") return none("--device cpu: the reference trains on GPUs only");
   for (const auto& [name, value] : c.items())
     if (!mapped.count(name) && !ignored.count(name) && changed(name))
-      return none("--" + name + " " + text_of(value) + " has no counterpart in the reference script");
+      return none((is_public_flag(name) ? "--" : "") + name + " " + text_of(value) +
+                  " has no counterpart in the reference script");
 
   std::string model = text_of(c["model"]);
   if (model == "auto") model = "vit_l_32";  // what `train` picks on a GPU
@@ -66,8 +68,10 @@ ReferenceCommand reference_command(const SweepRun& run, const nlohmann::json& tr
   add("--model", model);
   add("--batch-size", text_of(c["batch-size"]));
   if (c["image-size"].get<int64_t>() > 0) add("--img", text_of(c["image-size"]));
-  add("--warmup", text_of(c["warmup"]));
-  add("--steps", text_of(c["steps"]));
+  // The script's --steps are its timed steps, after --warmup untimed ones; ours count them all.
+  const int64_t untimed = std::min(c["untimed-steps"].get<int64_t>(), c["steps"].get<int64_t>() - 1);
+  add("--warmup", std::to_string(untimed));
+  add("--steps", std::to_string(c["steps"].get<int64_t>() - untimed));
   add("--workers", text_of(c["workers"]));
   if (data == "gpu") out.argv.push_back("--gpu-data");
   add("--precision", text_of(c["precision"]));

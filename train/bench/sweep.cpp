@@ -220,9 +220,14 @@ int SweepRun::workers() const {
   return 1;
 }
 
-std::vector<std::string> SweepRun::to_args() const {
+std::vector<std::string> SweepRun::to_args(const std::function<bool(const std::string&)>& is_flag) const {
   std::vector<std::string> args;
   for (const auto& [name, value] : flags) {
+    if (is_flag && !is_flag(name)) {  // an expert key
+      args.push_back("--set");
+      args.push_back(name + "=" + (value.is_string() ? value.get<std::string>() : value.dump()));
+      continue;
+    }
     if (value.is_boolean()) {
       args.push_back("--" + name + (value.get<bool>() ? "" : "=false"));
       continue;

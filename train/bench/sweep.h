@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -57,8 +58,9 @@ struct SweepRun {
   // "gpus" if set, else "procs", else 1: the workers this run uses (for scaling efficiency).
   int workers() const;
   // The flags as command-line arguments: {"--gpus", "2", "--static-graph", "--hook", "bf16"};
-  // false booleans become "--flag=false".
-  std::vector<std::string> to_args() const;
+  // false booleans become "--flag=false", and names `is_flag` refuses (expert keys) "--set",
+  // "name=value".
+  std::vector<std::string> to_args(const std::function<bool(const std::string&)>& is_flag = {}) const;
 };
 
 struct Sweep {

@@ -101,13 +101,13 @@ TEST(BenchSweep, DryRunPrintsEveryCommandAndRunsNothing) {
       "", "bench --sweep " + kSweeps + "seed_article_2gpu.json --dry-run --out-dir " + out + " --reference " + script);
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_FALSE(fs::exists(out));
-  EXPECT_EQ(count(o.out, "/20] "), 20u) << o.out;
-  EXPECT_EQ(count(o.out, " --json --trace " + out + "/"), 20u) << o.out;
-  // 9 rows of ours; the reference's for 8 (--sm-carveout has no counterpart there).
-  EXPECT_EQ(count(o.out, "NCCL_P2P_DISABLE=1 "), 17u) << o.out;
-  EXPECT_EQ(count(o.out, "no counterpart (--sm-carveout 2 has no counterpart in the reference script)"), 2u) << o.out;
-  EXPECT_NE(o.out.find("[2/20] DDP, 1 GPU\n  NCCL_NVLS_ENABLE=0 "), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find(" --gpus 1 --ddp --json --trace " + out + "/02-ddp-1-gpu.trace.json\n"), std::string::npos)
+  EXPECT_EQ(count(o.out, "/18] "), 18u) << o.out;
+  EXPECT_EQ(count(o.out, " --json --trace " + out + "/"), 18u) << o.out;
+  // 8 P2P-off rows of ours and the reference's 8: every row of the article has a counterpart.
+  EXPECT_EQ(count(o.out, "NCCL_P2P_DISABLE=1 "), 16u) << o.out;
+  EXPECT_EQ(count(o.out, "no counterpart"), 0u) << o.out;
+  EXPECT_NE(o.out.find("[2/18] DDP, 1 GPU\n  NCCL_NVLS_ENABLE=0 "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(" --gpus 1 --set ddp=true --json --trace " + out + "/02-ddp-1-gpu.trace.json\n"), std::string::npos)
       << o.out;
   EXPECT_NE(o.out.find("  pytorch: NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone "
                        "--nproc_per_node=2 " + script),
@@ -124,9 +124,9 @@ TEST(BenchSweep, UntracedRunsHaveNoTraceFlag) {
   TrainOutcome o =
       testing::run_train("", "bench --sweep " + kSweeps + "seed_article_2gpu.json --dry-run --trace=false --out-dir " + out);
   ASSERT_EQ(o.code, 0) << o.out;
-  EXPECT_EQ(count(o.out, "/20] "), 20u) << o.out;
+  EXPECT_EQ(count(o.out, "/18] "), 18u) << o.out;
   EXPECT_EQ(count(o.out, "--trace"), 0u) << o.out;
-  EXPECT_EQ(count(o.out, " --json\n"), 20u) << o.out;
+  EXPECT_EQ(count(o.out, " --json\n"), 18u) << o.out;
 }
 
 // Bad input stops the sweep before anything runs: one line, exit 2, no out dir.
@@ -165,7 +165,7 @@ TEST(BenchSweep, AFailedRunIsAFailedRowAndTheOthersStillRun) {
   TempFolder dir("vitddp_bench");
   const std::string out = dir.path() + "/out";
   const std::string file = write(dir, "mixed.json", R"({"name": "mixed",
-      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "warmup": 0, "steps": 2, "workers": 1, "print-every": 0},
+      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "steps": 2, "workers": 1, "print-every": 0},
       "runs": [{"label": "first"},
                {"label": "broken", "data": "/no/such/data.safetensors"},
                {"label": "last", "procs": 2}]})");
@@ -190,7 +190,7 @@ TEST(BenchSweep, ARunPastItsTimeLimitIsStoppedAndFailed) {
   TempFolder dir("vitddp_bench");
   const std::string out = dir.path() + "/out";
   const std::string file = write(dir, "slow.json", R"({"name": "slow",
-      "defaults": {"model": "vit_tiny", "batch-size": 2, "warmup": 0, "workers": 1, "print-every": 0},
+      "defaults": {"model": "vit_tiny", "batch-size": 2, "workers": 1, "print-every": 0},
       "runs": [{"label": "endless", "procs": 2, "steps": 10000000}]})");
   TrainOutcome o = testing::run_train("", "bench --sweep " + file + " --out-dir " + out + " --run-timeout 3", false, 120);
   ASSERT_EQ(o.code, 0) << o.out;
@@ -208,7 +208,7 @@ TEST(BenchSweep, RepeatedLaunchesGiveTheMedianLaunchAndKeepEveryOne) {
   TempFolder dir("vitddp_bench");
   const std::string out = dir.path() + "/out";
   const std::string file = write(dir, "again.json", R"({"name": "again",
-      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "warmup": 0, "steps": 2, "workers": 1, "print-every": 0},
+      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "steps": 2, "workers": 1, "print-every": 0},
       "runs": [{"label": "one"},
                {"label": "broken", "data": "/no/such/data.safetensors"}]})");
   TrainOutcome o =
@@ -247,7 +247,7 @@ TEST(BenchSweep, AnInterruptedRepeatedSweepKeepsTheLaunchesThatFinished) {
   TempFolder dir("vitddp_bench");
   const std::string out = dir.path() + "/out";
   const std::string file = write(dir, "stopped.json", R"({"name": "stopped",
-      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "warmup": 0, "workers": 1, "print-every": 0},
+      "defaults": {"model": "vit_tiny", "procs": 1, "batch-size": 2, "workers": 1, "print-every": 0},
       "runs": [{"label": "quick", "steps": 2}, {"label": "endless", "steps": 10000000}]})");
   // timeout forwards the SIGINT it sends to the bench process (and keeps its exit status).
   TrainOutcome o = testing::run_train("timeout --preserve-status -s INT 8",

@@ -27,7 +27,7 @@ nlohmann::json json_line(const std::string& out) {
 
 TEST(LoaderBench, JsonLineForTheRunsLoader) {
   TrainOutcome o = testing::run_train(
-      "", "bench loader --model vit_tiny --image-size 48 --batch-size 8 --workers 2 --warmup 1 --steps 5 --json");
+      "", "bench loader --model vit_tiny --set image-size=48 --batch-size 8 --set workers=2 --steps 6 --set untimed-steps=1 --json");
   ASSERT_EQ(o.code, 0) << o.out;
   const nlohmann::json j = json_line(o.out);
   ASSERT_TRUE(j.is_object()) << o.out;
@@ -45,7 +45,8 @@ TEST(LoaderBench, JsonLineForTheRunsLoader) {
 // delivered, not as batches x batch size.
 TEST(LoaderBench, CountsTheImagesOfShortBatches) {
   TrainOutcome o = testing::run_train(
-      "", "bench loader --model vit_tiny --dataset-size 10 --batch-size 8 --workers 1 --warmup 0 --steps 4 --json");
+      "", "bench loader --model vit_tiny --set dataset-size=10 --batch-size 8 --set workers=1 --steps 4 "
+          "--set untimed-steps=0 --json");
   ASSERT_EQ(o.code, 0) << o.out;
   const nlohmann::json j = json_line(o.out);
   EXPECT_EQ(j.at("batches"), 4);
@@ -62,29 +63,29 @@ TEST(LoaderBench, FlagsThatDoNotApplyAreOneLineAndExit2) {
                         Case{"bench loader --procs 2", "--gpus and --procs do not apply"},
                         Case{"bench loader --accumulate 2", "with --accumulate K a step takes K batches"},
                         Case{"bench loader --save w.safetensors", "act on training"},
-                        Case{"bench loader --workers 2 --steps 0", "--steps"}}) {
+                        Case{"bench loader --set workers=2 --steps 0", "--steps"}}) {
     TrainOutcome o = testing::run_train("", c.args);
     EXPECT_EQ(o.code, 2) << c.args << "\n" << o.out;
     EXPECT_NE(o.out.find(c.says), std::string::npos) << c.args << "\n" << o.out;
   }
 }
 
-TEST(LoaderBench, TimesTheBatchesAfterTheWarmUp) {
+TEST(LoaderBench, TimesTheBatchesAfterTheUntimedOnes) {
   TrainConfig config;
   config.model = "vit_tiny";
   config.batch_size = 4;
   config.workers = 0;  // built on this thread: every timed batch is waited for
-  config.warmup = 2;
-  config.steps = 3;
+  config.untimed_steps = 2;
+  config.steps = 5;
   const VitConfig model = vit_config_by_name("vit_tiny");
   bench::LoaderBenchResult r = bench::bench_loader(config, model);
   EXPECT_EQ(r.batches, 3);
-  EXPECT_EQ(r.warmup_batches, 2);
+  EXPECT_EQ(r.untimed_batches, 2);
   EXPECT_GT(r.seconds, 0.0);
   EXPECT_GT(r.wait_seconds, 0.0);
   EXPECT_LE(r.wait_seconds, r.seconds);
   EXPECT_EQ(r.images, 12);
-  EXPECT_NE(r.summary().find("3 batches of 12 images after 2 warm-up"), std::string::npos) << r.summary();
+  EXPECT_NE(r.summary().find("3 batches of 12 images after 2 untimed"), std::string::npos) << r.summary();
 }
 
 }  // namespace
