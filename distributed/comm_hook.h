@@ -1,5 +1,5 @@
 // Communication hooks: what the reducer does with a full bucket. A hook is a small object with
-// explicit state; the reducer never switches on the hook type (STYLE practice 8).
+// explicit state; the reducer never switches on the hook type.
 #pragma once
 
 #include <memory>
@@ -38,6 +38,8 @@ class CommHook {
   virtual bool steady() const { return true; }
   // A captured step was replayed: host-side state that run() advances advances here.
   virtual void replayed() {}
+  // What the hook did over the run, for its last lines ("" when there is nothing to say).
+  virtual std::string summary() const { return ""; }
   // For a step whose all-reduced gradients were found not finite: if this hook made them so
   // (finite values its compression could not represent), why, in words; else "".
   // `step` counts the steps this hook has communicated, from 0. May read device memory (and

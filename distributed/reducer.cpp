@@ -278,7 +278,7 @@ void Reducer::finalize_deferred() {
   if (rebuild_pending()) return wait_all_then_rebuild();
   // An observer hears now of buckets not waited for yet, when the waits are left to the caller
   // (on the GPU it reads the communication stream's own marks; on the CPU this is when the
-  // backward ended). Buckets waited for during backward (distributed/update_in_backward.h)
+  // backward ended). Buckets waited for during backward (distributed/update/sharded.h)
   // were told then.
   for (Bucket& b : state_) {
     if (observer_ && !b.finish_told) observer_->bucket_finished(b.view.index, b.info);

@@ -1,14 +1,14 @@
 // Reducer: gradient buckets all-reduced while backward runs. See Note [Reducer flow] in
 // reducer.cpp. It knows parameters only as (index, tensor, name) and the gradient layout as
-// offsets into one flat buffer; it never sees a model (STYLE practice 6).
+// offsets into one flat buffer; it never sees a model.
 //
 //   prepare_for_backward()  before each backward: every parameter pending
 //   mark_ready(i)            from parameter i's gradient-ready hook
 //   finalize()               after backward: unused parameters, wait for every bucket
-// or, to use each bucket as soon as it is done (distributed/overlapped_update.h):
+// or, to use each bucket as soon as it is done (distributed/update/next_forward.h):
 //   finalize_deferred()      after backward: unused parameters; no waits
 //   wait_bucket(b)           each bucket, before its gradients are read (or wait_all())
-// and, to follow each launch (distributed/update_in_backward.h): set_launch_listener().
+// and, to follow each launch (distributed/update/sharded.h): set_launch_listener().
 #pragma once
 
 #include <cstdint>

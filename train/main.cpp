@@ -1,7 +1,7 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
 // stderr and a distinct exit code (train/exit_codes.h). Subcommands: `train bench --sweep`,
 // `train bench allreduce ...` and `train bench loader ...` (train/bench/), `train topology`
-// (train/topology.h).
+// (train/bench/topology.h).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,11 +14,12 @@
 #include "train/bench/allreduce_bench.h"
 #include "train/bench/bench_command.h"
 #include "train/bench/loader_bench.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
-#include "train/topology.h"
-#include "train/trace.h"
+#include "train/bench/topology.h"
+#include "train/observe/trace.h"
+#include "train/run_setup.h"
 #include "train/trainer.h"
 
 namespace {

@@ -469,6 +469,13 @@ PowerSgdHook::PowerSgdHook(const PowerSgdOptions& options) : options_(options) {
 
 std::string PowerSgdHook::name() const { return "powersgd(rank " + std::to_string(options_.rank) + ")"; }
 
+std::string PowerSgdHook::summary() const {
+  if (buckets_compressed_ == 0) return "";
+  return "powersgd: " + std::to_string(buckets_compressed_) + " bucket compression(s) issued, " +
+         std::to_string(buckets_by_passes_) + " with the products as passes, " + std::to_string(buckets_settled_late_) +
+         " with the error settled a step late";
+}
+
 std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket) {
   const bool last = bucket.is_last;
   const int64_t iter = state_.iter;

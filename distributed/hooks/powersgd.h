@@ -67,6 +67,8 @@ class PowerSgdHook final : public CommHook {
  public:
   explicit PowerSgdHook(const PowerSgdOptions& options);
   std::string name() const override;
+  // "powersgd: N bucket compression(s) issued, ..." once it compressed.
+  std::string summary() const override;
   std::shared_ptr<Work> run(ProcessGroup& group, GradBucket& bucket) override;
   const PowerSgdState& state() const { return state_; }
   PowerSgdState& state() { return state_; }

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "distributed/bucket_shard.h"
+#include "distributed/update/bucket_shard.h"
 
 namespace vitddp {
 namespace {

@@ -33,7 +33,7 @@ class Module {
 
   // Called with each module (this one and every module below it) at the start of its
   // forward, before it reads its own parameters: where a deferred optimizer update can still
-  // be applied in time (distributed/overlapped_update.h). An empty function removes it.
+  // be applied in time (distributed/update/next_forward.h). An empty function removes it.
   using ForwardPreHook = std::function<void(const Module&)>;
   void set_forward_pre_hook(const ForwardPreHook& hook);
 

@@ -33,7 +33,7 @@ class Optimizer {
   }
   // Note [An update in ranges]
   // One step's update may be applied range by range, each range when its gradients are ready
-  // (distributed/overlapped_update.h applies a DDP bucket's range at the next forward's first
+  // (distributed/update/next_forward.h applies a DDP bucket's range at the next forward's first
   // use of its parameters). begin_step() comes once per step, before its ranges: it advances the
   // step count, fixes the learning rate and bias corrections the ranges use, and clears the
   // non-finite report, which each range then lowers to the smallest bad element index of the

@@ -12,8 +12,9 @@
 #include "framework/ops/cross_entropy.h"
 #include "framework/ops/elementwise.h"
 #include "framework/optim/optimizer.h"
+#include "distributed/ddp.h"
 #include "models/vit/vit.h"
-#include "train/ddp_wiring.h"
+#include "train/run_setup.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/stream.h"
 #endif
@@ -77,24 +78,25 @@ int run_rank(int rank, int world, const std::string& folder, const TrainConfig& 
   auto model = make_model();
   NamedTensors params = model->named_parameters();
   ParamArena arena(params, device);
-  Ddp ddp = setup_ddp(config, env, device, arena);
   auto sgd = make_sgd(arena, SgdConfig{0.1, 0.9, 0.0});
+  DistributedDataParallel ddp(arena, *model, *sgd, Tensor(), ddp_options(config, env));
   const int64_t k = config.accumulate;
   for (int step = 0; step < kSteps; ++step) {
     GlobalBatch b = global_batch(step, world * k * kPerRank);
     arena.zero_grad();
     // As the trainer: K micro-batches, the loss scaled by 1/K, only the last one communicates.
     for (int64_t micro = 0; micro < k; ++micro) {
+      const bool sync = micro + 1 == k;
       const int64_t row = (rank * k + micro) * kPerRank;
       Tensor images = b.images.as_strided({kPerRank, 3, 32, 32}, b.images.strides(), row * 3 * 32 * 32);
       Tensor labels = b.labels.as_strided({kPerRank}, {1}, row);
-      ddp.reducer->set_sync(micro + 1 == k);
-      ddp.reducer->prepare_for_backward();
+      if (sync) ddp.begin_step();
       Tensor loss = cross_entropy(model->forward(images.contiguous().to(device)), labels.contiguous().to(device));
+      ddp.begin_backward(micro, sync);
       scale(loss, 1.0 / static_cast<double>(k)).backward();
-      ddp.reducer->finalize();
+      ddp.end_backward(sync);
     }
-    sgd->step();
+    ddp.step();
     write_safetensors(folder + "/rank" + std::to_string(rank) + "_step" + std::to_string(step) + ".safetensors",
                       {{"w", arena.flat_master().to(Device::cpu())}});
   }

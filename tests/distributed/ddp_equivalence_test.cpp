@@ -8,7 +8,9 @@
 #include "common/multiprocess.h"
 #include "framework/nn/param_arena.h"
 #include "models/vit/vit.h"
-#include "train/ddp_wiring.h"
+#include "framework/optim/optimizer.h"
+#include "distributed/ddp.h"
+#include "train/run_setup.h"
 
 namespace vitddp {
 namespace {
@@ -67,8 +69,9 @@ TEST(DdpGloo, RanksWithDifferentModelsFailClearly) {
         env.rendezvous = folder.path();
         TrainConfig train;
         train.timeout = 20;
+        auto sgd = make_sgd(arena, SgdConfig{0.1, 0.0, 0.0});
         try {
-          setup_ddp(train, env, Device::cpu(), arena);
+          DistributedDataParallel ddp(arena, model, *sgd, Tensor(), ddp_options(train, env));
         } catch (const Error& e) {
           return std::string(e.what()).find("built a different model") != std::string::npos ? 0 : 1;
         }

@@ -9,7 +9,7 @@
 #include "framework/core/devices.h"
 #include "common/gpu.h"
 #include "common/train_process.h"
-#include "train/trace_run_checks.h"
+#include "common/trace_run_checks.h"
 
 namespace vitddp {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "framework/core/error.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

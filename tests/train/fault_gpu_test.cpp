@@ -1,5 +1,5 @@
 // Faults on 2 GPUs (NCCL) end to end, through `train --gpus 2`: a rank killed or hung at the
-// start of a step (VITDDP_FAULT, see train/fault_injection.h) stops the whole run with a non-zero
+// start of a step (VITDDP_FAULT, see train/observe/fault_injection.h) stops the whole run with a non-zero
 // exit within the timeout plus 10 s, and the output names the rank. The GPU counterparts of
 // tests/train/ddp_cli_test.cpp; skipped without 2 GPUs.
 #include <gtest/gtest.h>

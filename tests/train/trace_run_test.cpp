@@ -1,5 +1,5 @@
 // --trace end to end on the CPU: `train --procs 2` (Gloo) writes one Chrome trace holding both
-// ranks' steps, phases and buckets (train/trace.h), prints its analysis and puts it in the JSON
+// ranks' steps, phases and buckets (train/observe/trace.h), prints its analysis and puts it in the JSON
 // result; an unwritable path is one line and exit 2 before anything runs.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "common/multiprocess.h"
 #include "common/train_process.h"
-#include "trace_run_checks.h"
+#include "common/trace_run_checks.h"
 
 namespace vitddp {
 namespace {

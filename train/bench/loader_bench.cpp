@@ -12,7 +12,7 @@
 #include "framework/core/error.h"
 #include "train/dataset_factory.h"
 #include "train/exit_codes.h"
-#include "train/trainer.h"
+#include "train/run_setup.h"
 
 namespace vitddp::bench {
 

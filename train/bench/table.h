@@ -1,6 +1,6 @@
 // The comparison table of a sweep: one row per configuration with its throughput, speedup over
 // the single-GPU baseline, scaling efficiency, exposed communication, peak memory and model FLOP
-// utilisation (train/utilisation.h), written as
+// utilisation (train/observe/utilisation.h), written as
 // markdown (for the terminal and docs), CSV (for spreadsheets) and JSON (for scripts).
 //
 // Note [Speedup and scaling efficiency]

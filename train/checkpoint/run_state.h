@@ -1,0 +1,22 @@
+// A training run's state in and out of checkpoints (train/checkpoint/checkpoint.h): the weights,
+// the optimizer's state, the dropout generator, the loader's position, and with data parallelism
+// the buckets and the PowerSGD state.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+
+#include "train/run_setup.h"
+
+namespace vitddp {
+
+// Restores the newest checkpoint that is whole on every rank into `run` (the ranks agree on the
+// oldest of their newest), sets run.start_step and returns the loader's next global batch; 0
+// (with a note) when there is none. Warns when the run's settings differ from the saved run's.
+int64_t resume_run(TrainingRun& run, std::ostream& out);
+
+// Saves the run after `steps_done` steps into --checkpoint-dir; every rank writes its files.
+// Data parallelism's pending updates are applied and sharded state gathered first.
+void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out);
+
+}  // namespace vitddp
