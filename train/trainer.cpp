@@ -34,10 +34,12 @@ namespace vitddp {
 
 // Note [Stopping on a signal]
 // A signal reaches the ranks at slightly different moments, but they must stop after the same
-// step, or one would wait forever in a collective. So each step all-reduces a "stop" flag, issued
-// when the step begins (outside any captured graph), and the decision uses the reduced flag of
-// the *previous* step, which every rank reads the same (on the GPU it arrives with the step's
-// loss, without a wait).
+// step, or one would wait forever in a collective. So each step all-reduces a "stop" flag, and
+// the decision uses the reduced flag of the *previous* step, which every rank reads the same (on
+// the GPU it arrives with the step's loss, without a wait). The flag's all-reduce goes after the
+// step's collectives, so that none of a replayed graph's can run beside it; but before them when
+// the step leaves its buckets in flight (next-forward updates), so that waiting for it at the
+// step's end does not wait for them (the graph is off there).
 
 namespace {
 
@@ -153,8 +155,9 @@ RunResult Trainer::train() {
       if (graphed_) graphed_->reset_peak_memory();
     }
     observers_.step_begins(step);
-    issue_stop_flag();
+    if (lag_ > 0) issue_stop_flag();
     Tensor loss = train_step(step);
+    if (lag_ == 0) issue_stop_flag();
     if (step >= timed_first_) timed_images_ += step_images_;
     observers_.step_ends(step);
     wait_stop_flag();
