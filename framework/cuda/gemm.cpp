@@ -32,10 +32,12 @@ struct PlanKey {
   GemmEpilogue epilogue;
   MatmulPrecision precision;
   bool has_beta;
+  int align;  // bytes the operands' addresses are aligned to when below 16 (Note [Operand alignment]); 0: 16 or more
   bool operator==(const PlanKey& o) const {
     return std::tie(device, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc, dtype, c_f32, epilogue, precision,
-                    has_beta) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.sa, o.sb,
-                                          o.sc, o.dtype, o.c_f32, o.epilogue, o.precision, o.has_beta);
+                    has_beta, align) == std::tie(o.device, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch,
+                                                 o.sa, o.sb, o.sc, o.dtype, o.c_f32, o.epilogue, o.precision,
+                                                 o.has_beta, o.align);
   }
 };
 
@@ -45,7 +47,7 @@ struct PlanKeyHash {
     auto mix = [&](int64_t v) { h = (h ^ static_cast<size_t>(v)) * 1099511628211ull; };
     for (int64_t v : {int64_t(key.device), int64_t(key.ta), int64_t(key.tb), key.m, key.n, key.k, key.lda, key.ldb,
                       key.ldc, key.batch, key.sa, key.sb, key.sc, int64_t(key.dtype), int64_t(key.c_f32),
-                      int64_t(key.epilogue), int64_t(key.precision), int64_t(key.has_beta)})
+                      int64_t(key.epilogue), int64_t(key.precision), int64_t(key.has_beta), int64_t(key.align)})
       mix(v);
     return h;
   }
@@ -94,6 +96,7 @@ std::string describe(const PlanKey& k) {
       << " epilogue=" << static_cast<int>(k.epilogue) << " beta=" << k.has_beta
       << " sms=0";  // every product plans for the whole device; the text keeps earlier files' keys valid
   if (k.c_f32) out << " c=f32";  // appended: the keys of products kept before it existed stay as they were
+  if (k.align > 0) out << " align=" << k.align;  // likewise
   return out.str();
 }
 
@@ -312,6 +315,13 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = ctx.workspace_bytes();
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  if (key.align > 0) {  // Note [Operand alignment]
+    const uint32_t align = static_cast<uint32_t>(key.align);
+    for (cublasLtMatmulPreferenceAttributes_t attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+  }
   constexpr int candidates = kGemmCandidates;
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
   int found = 0;
@@ -346,10 +356,28 @@ Plan make_plan(const GemmArgs& g, const PlanKey& key, CudaContext& ctx, MatmulPr
   return plan;
 }
 
+// Note [Operand alignment]
+// cuBLASLt's heuristic assumes operands aligned to 256 bytes unless told, and may then choose an
+// algorithm that refuses a less aligned one at run time (PowerSGD's rank-1 bf16 factors are
+// slices at any element). Decision: an address below 16-byte alignment (the allocator's blocks
+// and the arena's parameters are aligned far beyond) is told to the heuristic and is part of the
+// plan's key; every other product plans exactly as before.
+int operand_alignment(const GemmArgs& g) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(g.a) | reinterpret_cast<uintptr_t>(g.b) | reinterpret_cast<uintptr_t>(g.c);
+  if (g.batch > 1) {  // every batch entry's addresses
+    const uintptr_t ab = dtype_size(g.dtype), c = g.c_f32 ? 4 : ab;
+    bits |= static_cast<uintptr_t>(g.stride_a) * ab | static_cast<uintptr_t>(g.stride_b) * ab |
+            static_cast<uintptr_t>(g.stride_c) * c;
+  }
+  int align = 1;
+  while (align < 16 && !(bits & static_cast<uintptr_t>(align))) align *= 2;
+  return align < 16 ? align : 0;
+}
+
 PlanKey key_of(const GemmArgs& g, const CudaContext& ctx) {
   return PlanKey{ctx.device(), g.trans_a, g.trans_b, g.m,     g.n,        g.k,        g.lda,    g.ldb,
                  g.ldc,        g.batch,   g.stride_a, g.stride_b, g.stride_c, g.dtype, g.c_f32, g.epilogue,
-                 matmul_precision(), g.beta != 0.0f};
+                 matmul_precision(), g.beta != 0.0f, operand_alignment(g)};
 }
 
 std::mutex g_plans_mutex;
