@@ -15,25 +15,25 @@ namespace vitddp {
 //
 // Note [The tail buckets]
 // Whatever is still queued for the link when backward ends runs exposed: the bucket the first
-// layers close, and the one before it if it has not finished. With large buckets that is up
-// to a whole bucket's all-reduce (100 MB over NVLink: about 0.3 ms). Small buckets everywhere
-// shorten it but pay a collective's fixed costs many more times. Tail buckets are small only
-// where it matters: the last caps.bytes of gradients in ready order (at most one regular
-// bucket's worth) go in buckets of caps.tail_bytes, so the link stays busy right up to the end
-// of backward and what is left after it is one small bucket. That holds for buckets launched in
-// ready order; with --ready-order-share < 1 the tail falls in the part launched after backward,
-// where small buckets only add collectives.
+// layers close, and the one before it if it has not finished; with large buckets, up to a whole
+// bucket's all-reduce. Small buckets everywhere shorten it but pay a collective's fixed costs
+// many more times. So tail buckets are small only where it matters: the last caps.bytes of
+// gradients in ready order (at most one regular bucket's worth) go in buckets of
+// caps.tail_bytes, so the link stays busy right up to the end of backward and what is left
+// after it is one small bucket. That holds for buckets launched in ready order; with
+// ready-order-share < 1 the tail falls in the part launched after backward, where small buckets
+// only add collectives.
 //
 // Note [Early buckets]
 // Where the link is slower than backward (P2P off), it can idle only where nothing is queued:
-// right after the first bucket, until backward makes the next. With held buckets (Note [Launch
-// order] in reducer.cpp) the next one sent is the first after them, so the link waits for backward
-// through the held buckets' layers and that bucket's: with 50 MB buckets about 0.64 ms a step
-// (traced, docs/performance.md). Caps for buckets 1, 2, ... (early_bytes) make those few small
-// while the rest keep their size and their few collectives: a held bucket of one layer's products
-// and a small bucket after it are ready, and sent, while the first one still moves. A small held
-// bucket also shortens the other idle stretch, the next forward's run through the held layers
-// once their bytes have arrived.
+// right after the first bucket, until backward makes the next. With held buckets
+// (Note [Launch order] in reducer.cpp) the next one sent is the first after them, so the link
+// waits for backward through the held buckets' layers and that bucket's, a share of every step
+// that traces show (docs/performance.md). Caps for buckets 1, 2, ... (early_bytes) make those
+// few small while the rest keep their size and their few collectives: a held bucket of one
+// layer's products and a small bucket after it are ready, and sent, while the first one still
+// moves. A small held bucket also shortens the other idle stretch, the next forward's run
+// through the held layers once their bytes have arrived.
 BucketAssignment compute_bucket_assignment(const std::vector<size_t>& bytes, const std::vector<DType>& dtypes,
                                            const BucketCaps& caps, const std::vector<size_t>& order) {
   VITDDP_CHECK(bytes.size() == dtypes.size(), "compute_bucket_assignment: ", bytes.size(), " sizes but ",

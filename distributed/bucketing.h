@@ -17,14 +17,14 @@ struct BucketAssignment {
 
 struct BucketCaps {
   size_t bytes = 25u << 20;       // every bucket's cap but the ones below (--bucket-mb)
-  size_t first_bytes = 1u << 20;  // the first bucket's: communication starts early (--first-bucket-mb)
-  // The caps of buckets 1, 2, ... in order (--early-bucket-mb); the buckets after them take
+  size_t first_bytes = 1u << 20;  // the first bucket's: communication starts early (first-bucket-mb)
+  // The caps of buckets 1, 2, ... in order (early-bucket-mb); the buckets after them take
   // `bytes`. Small ones keep the link fed right after the first bucket (Note [Early buckets]).
   std::vector<size_t> early_bytes;
   // 0: none. Else the cap of the buckets that hold the tail: the longest run of parameters at the
   // end of the order (the first layers', ready when backward ends) whose gradients fit in one
   // bucket (`bytes`). The tail starts a bucket of its own; less communication is then left to run
-  // after backward (Note [The tail buckets]; --tail-bucket-mb).
+  // after backward (Note [The tail buckets]; tail-bucket-mb).
   size_t tail_bytes = 0;
 };
 

@@ -98,26 +98,17 @@ void Reducer::build_buckets(const BucketAssignment& assignment) {
 }
 
 // Note [Launch order]
-// Buckets are in the order their gradients become ready, the last layers' first. Launched in
-// that order, the first layers' bucket goes last, and the next forward, which needs those
-// layers first, waits for the whole all-reduce. Where the link is slower than backward
-// (P2P off), most bytes are still on the wire when backward ends, so the reducer can send the
-// rest in the order the next forward needs them: buckets launch in index order until
-// ready_order_share of the bytes, enough to keep the link busy while backward runs; the others
-// launch in reverse index order, the first layers' bucket first, as soon as backward has made
-// it (it is the last to become ready). With the optimizer update of each bucket applied at the
-// next forward's first use of its parameters, that forward then runs beside the all-reduce of
-// its later layers. The order is fixed by the buckets, so every rank issues the same sequence.
-//
-// The link then idles from its last bucket of a step to the first bucket of the next: the
-// next forward runs the layers after the last bucket sent, and its backward makes a first
-// bucket. Sent in reverse, the last bucket holds middle layers (those just past the share),
-// so most of the forward runs with the link idle (traced: 1.7 ms of a 26.5 ms step, 3f94b02).
-// held_buckets = H holds buckets 1..H (the layers right before the last, ready early) and
-// sends them after all others, in reverse index order like the rest: the link's last bytes are
-// then layers the forward reaches at its end, and only those layers, bucket 0's and the next
-// backward's first bucket run with the link idle. They cost no link time during backward: the
-// link is behind backward there anyway.
+// Buckets launch in index order (ready order, the last layers' first) until ready_order_share of
+// the bytes is sent, enough to keep a link slower than backward (P2P off) busy while backward
+// runs; the rest launch in reverse index order, the first layers' bucket first, as soon as
+// backward has made it. With each bucket's update applied at the next forward's first use of its
+// parameters, that forward runs beside the all-reduce of its later layers instead of after all.
+// held_buckets = H holds buckets 1..H (the layers right before the last, ready early) and sends
+// them after all others, in reverse index order: else the last bucket sent holds middle layers
+// and most of the next forward runs with the link idle (traced in docs/performance.md); held,
+// the link's last bytes are layers the forward reaches at its end. They cost no link time during
+// backward, where the link is behind anyway. Invariant: the order follows from the buckets
+// alone, so every rank issues the same sequence of collectives.
 void Reducer::plan_launch_order() {
   const size_t n = state_.size();
   const size_t held = n > 1 ? std::min(options_.held_buckets, n - 1) : 0;
@@ -287,20 +278,17 @@ void Reducer::finalize_deferred() {
 }
 
 // Note [Bucket rebuild]
-// Buckets start in reverse registration order, a guess at the order gradients become ready. The
-// guess matters at bucket level: buckets launch in index order, so a bucket that completes
-// before a lower-indexed one waits for it. After the first synchronised backward the reducer
-// measures that wait as the gradient bytes that arrived while a complete bucket waited (the
-// stall), and when there was any, assigns buckets again from the order the parameters became
-// ready (unused ones last, in reverse registration order; each bucket's parameters sorted by
-// arena offset, so contiguous ones stay views). It switches to the new buckets when they are
-// all views, or when gradients are copies anyway (--grad-as-bucket-view=false): a rebuild never
-// trades views for copies, since with views the gradient layout is the arena's, fixed at start.
-// (For the ViT a weight's gradient arrives just before its bias's, so a few bucket edges move
-// by a bias and the reducer keeps its buckets with views; without views it rebuilds.) Rank 0
-// decides and sends its choice and order (one broadcast), so every rank does the same; the hook
-// is told (PowerSGD starts its per-bucket state again). Once per run, like PyTorch's rebuild;
-// the buckets in use are saved with checkpoints and restored on resume (restore_buckets).
+// Buckets start in reverse registration order, a guess at the ready order; since buckets launch
+// in index order, one that completes before a lower-indexed one waits for it. After the first
+// synchronised backward the reducer measures that stall (the gradient bytes that arrived while a
+// complete bucket waited) and, when there was any, assigns buckets again from the observed ready
+// order (unused parameters last; each bucket's parameters sorted by arena offset, so contiguous
+// ones stay views). It switches only when the new buckets are all views, or when gradients are
+// copies anyway (--grad-as-bucket-view=false): with views the gradient layout is the arena's,
+// fixed at start, so a rebuild never trades views for copies. Rank 0 decides and broadcasts its
+// choice and order, so every rank does the same; the hook is told (PowerSGD starts its per-bucket
+// state again). Once per run, like PyTorch's rebuild; the buckets in use are saved with
+// checkpoints and restored on resume (restore_buckets).
 void Reducer::restore_buckets(const std::vector<std::vector<size_t>>& buckets) {
   VITDDP_CHECK(!in_backward_, "Reducer: restore_buckets() during a backward pass");
   std::vector<bool> seen(params_.size(), false);

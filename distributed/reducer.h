@@ -58,7 +58,7 @@ struct BucketInfo {
 
 // Told when each bucket's communication happens, for timelines (--trace). Calls come from the
 // training thread: bucket_ready when its last gradient arrives, launch_begin/launch_end around
-// the hook issuing its work (in launch order: bucket-index order unless --ready-order-share < 1,
+// the hook issuing its work (in launch order: bucket-index order unless ready-order-share < 1,
 // Note [Launch order]), bucket_finished after finalize() waited for
 // it. The reducer does not own the observer.
 class BucketObserver {

@@ -9,20 +9,17 @@
 namespace vitddp {
 
 // Note [Naming the late rank]
-// When a collective times out, the ranks that are in it know only that they waited. The rank
-// that did not come is the interesting one, and with more than two ranks elimination no longer
-// finds it. Each rank therefore posts, once per collective and only after waiting more than a
-// second in it, "waiting in #k" under its own key (the backend's watch thread does it, never
-// the collective's own thread, which is blocked). Sequence numbers count a group's collectives
-// in issue order, the same on every rank. On a timeout in #k, a rank whose latest post is:
-//   - missing, or for a collective before #k: it had not reached #k: named as late;
-//   - #k: it was waiting too, a victim (by the timeout, every rank stuck in #k since about as
-//     long as us has posted: the timeout is longer than the second it takes);
-//   - after #k: it got through #k (some algorithms let a rank finish first) and is not late.
-// A post overwrites the rank's previous one (rename into place: a reader sees a whole value).
-// A rank that arrived in #k less than a second before our timeout still counts as late, which
-// it was, by most of the timeout. With NCCL the sequence is the host's enqueue order, so a rank
-// whose GPU hangs after its host enqueued #k counts as waiting in #k.
+// When a collective times out, its ranks know only that they waited; the rank that did not come
+// is the interesting one, and beyond two ranks elimination no longer finds it. So each rank posts
+// "waiting in #k" under its own key, once per collective and only after waiting longer than
+// kWaitReportAfter (from the backend's watch thread; the collective's own is blocked). Sequence
+// numbers count a group's collectives in issue order, the same on every rank; a post overwrites
+// the last (renamed into place: a reader sees a whole value). On a timeout in #k, a rank whose
+// latest post is missing or before #k had not reached it and is named as late; one at #k was
+// waiting too (the timeout outlasts kWaitReportAfter, so every such rank has posted); one after
+// #k got through (some algorithms let a rank finish first). A rank that arrived within
+// kWaitReportAfter of our timeout still counts as late, which it was. With NCCL the sequence is
+// the host's enqueue order, so a rank whose GPU hangs after enqueuing #k counts as waiting in #k.
 
 WaitBoard::WaitBoard(const std::string& rendezvous, std::string group, int rank, int world)
     : group_(std::move(group)), rank_(rank), world_(world) {

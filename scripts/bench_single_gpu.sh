@@ -4,7 +4,9 @@
 # ${OUT:-bench-out}/single_gpu.jsonl and prints a table (scripts/bench_table.py), then times the
 # loader alone (`train bench loader`, loader.jsonl).
 # VITDDP_FLAGS="--cuda-graph=false" goes to every vitddp run (default: the program's choices).
-# COMPILE_PRECISIONS="bf16 ..." adds torch.compile(mode="reduce-overhead") rows for those precisions.
+# COMPILE_PRECISIONS="bf16 ..." adds torch.compile(mode="reduce-overhead") rows for those precisions,
+# GRAPH_PRECISIONS="bf16 ..." rows of PyTorch's whole step captured as one CUDA graph
+# (torch_graph_step.py beside the reference script).
 # Usage: scripts/bench_single_gpu.sh BUILD_DIR REFERENCE_SCRIPT [precisions...]
 set -uo pipefail
 build=${1:?build dir}
@@ -34,6 +36,10 @@ for p in ${COMPILE_PRECISIONS:-}; do
   python3 "$reference" --precision "$p" --gpu-data --compile --compile-mode reduce-overhead --warmup 10 --steps 20 \
     --tag "compile reduce-overhead" 2>&1 | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" \
     || echo "pytorch $p compile failed"
+done
+for p in ${GRAPH_PRECISIONS:-}; do
+  python3 "$(dirname "$reference")/torch_graph_step.py" --precision "$p" --warmup 10 --steps 20 2>&1 \
+    | tee -a "$out/single_gpu.log" | grep '^{' >> "$results" || echo "pytorch $p whole-step graph failed"
 done
 python3 "$(dirname "$0")/bench_table.py" "$results"
 # The loader alone, as the loader rows above build it (ViT-L/32's 224x224 synthetic images, batch

@@ -3,7 +3,7 @@
 import json
 import sys
 
-FLOP_PER_IMAGE = 3 * 30.8e9  # ViT-L/32 at 224: forward 30.8 GFLOP, training ~3x (NUMBERS.md)
+FLOP_PER_IMAGE = 3 * 30.8e9  # ViT-L/32 at 224: forward 30.8 GFLOP, training ~3x (models/vit/vit_config.h)
 
 
 def fields(r):
@@ -13,7 +13,7 @@ def fields(r):
         data = cfg["data"] if cfg["data"] == "gpu" else "loader"
         return ("vitddp", cfg["precision"], data, cfg["batch-size"], r.get("world_size", 1),
                 cfg.get("bucket-mb", 25), cfg.get("hook", "allreduce"), r.get("nccl_p2p_disable", "0"))
-    data = "gpu" if r.get("gpu_data") else "loader"
+    data = "gpu" if r.get("gpu_data") or "cuda graph" in (r.get("tag") or "") else "loader"
     hook = {"none": "allreduce"}.get(r.get("hook", "none"), r.get("hook"))
     return ("pytorch " + (r.get("tag") or "eager"), r["precision"], data, r["batch_per_gpu"], r.get("gpus", 1),
             r.get("bucket_mb", 25), hook, r.get("nccl_p2p_disable", "0"))

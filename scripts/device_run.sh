@@ -44,7 +44,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
   grep -E "tests passed|\(Failed\)|\(Timeout\)|Not Run" "$OUT/gpu_tests.log" | tail -20
 fi
 if [ "${BENCH:-0}" = 1 ]; then
-  OUT="$OUT" COMPILE_PRECISIONS="${COMPILE_PRECISIONS:-bf16}" bash scripts/bench_single_gpu.sh build-gpu \
+  OUT="$OUT" COMPILE_PRECISIONS="${COMPILE_PRECISIONS:-bf16}" GRAPH_PRECISIONS="${GRAPH_PRECISIONS:-bf16}" \
+    bash scripts/bench_single_gpu.sh build-gpu \
     .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-bf16 tf32 fp32}
   stamp "bench done"
 fi

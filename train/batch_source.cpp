@@ -38,7 +38,7 @@ LoaderOptions pinned_loader_options(const BatchSourceOptions& o) {
   return lo;
 }
 
-// See the file comment: copy k+1 overlaps step k.
+// See train/batch_source.h: copy k+1 overlaps step k.
 class PinnedCopySource final : public BatchSource {
  public:
   PinnedCopySource(const Dataset& dataset, const DistributedSampler& sampler, const BatchSourceOptions& o)

@@ -62,8 +62,8 @@ class WallClock final : public StepClock {
 // flag, stop request; 32 bytes of host memory a step). Those steps ran long ago (the trainer
 // reads every step within two of issuing it), so reading them does not wait; a caller that runs
 // further ahead is held kRing - 1 steps behind. A step not read yet is read from its slots.
-// Before, every step had an event of its own, made up front: a run of 10^8 steps made 10^8
-// events and 1.6 GB of pinned memory before its first step.
+// Reason: an event of its own for every step, made up front, would cost a run of 10^8 steps
+// 10^8 events and 1.6 GB of pinned memory before its first step.
 class CudaEventClock final : public StepClock {
  public:
   static constexpr int64_t kRing = 64;

@@ -330,8 +330,8 @@ void ProcessGroupGloo::worker_loop() {
 }
 
 // Posts to the wait board once per collective that runs for longer than kWaitReportAfter.
-// Wakes every kWatchPeriod; reads only what the worker sets under the mutex. See Note [Naming
-// the late rank] in wait_board.cpp.
+// Wakes every kWatchPeriod; reads only what the worker sets under the mutex.
+// See Note [Naming the late rank] in distributed/wait_board.cpp.
 void ProcessGroupGloo::watch_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   int64_t posted = -1;

@@ -15,21 +15,17 @@ namespace vitddp {
 namespace {
 
 // Note [Compression overflow]
-// fp16's largest finite value is 65504: a gradient whose share |g| / world, or whose average
-// over the ranks, lies beyond it becomes Inf, in the cast or in the 16-bit sum: a finite
-// gradient turned into a non-finite one by the hook. (bf16 has fp32's exponent range; only
-// values within rounding of fp32's maximum overflow.) We detect and report rather than scale:
-// a scale common to all ranks needs either one more collective per bucket (a max all-reduce, a
-// latency the hook exists to save) or a stale scale from an earlier step, which a sudden spike
-// defeats, so detection would still be needed; clamping would hide the problem in a wrong
-// value. Detection without communication: the cast writes every non-finite input as NaN, so
-// after the sum an Inf can only come from an overflow of finite values (NaN + x is NaN), the
-// same on every rank. Decompression records the steps whose result holds an Inf, on the device
-// and without the host waiting (a ring of kSlots entries; the trainer asks about a step at most
-// one step later, two under --update-in-forward). The Inf travels on: NonfiniteCheck finds it like any other non-finite value,
-// --nonfinite stop or skip decides, and the message carries explain_nonfinite()'s reason.
-// Buckets that are 16-bit already (mixed precision) are not checked: their non-finite values
-// cannot be told apart (bf16 buckets have fp32's range; an fp16 hook on them is a rare choice).
+// A gradient whose share |g| / world, or whose average over the ranks, lies beyond fp16's 65504
+// becomes Inf in the cast or in the 16-bit sum (bf16 has fp32's range: only values within
+// rounding of its maximum overflow). We detect and report rather than scale: a scale common to
+// all ranks costs a max all-reduce per bucket (the latency the hook exists to save) or is a
+// stale one that a sudden spike defeats; clamping would hide the problem in a wrong value. The
+// cast writes every non-finite input as NaN, so after the sum an Inf can only be an overflow of
+// finite values, the same on every rank: no communication is needed. Decompression records
+// such steps on the device without the host waiting (a ring of kSlots; the trainer asks at most
+// one step later, two under `update next-forward`); the Inf travels on to NonfiniteCheck and
+// --nonfinite decides, the message carrying explain_nonfinite()'s reason. Buckets that are
+// 16-bit already (mixed precision) are not checked: their non-finite values cannot be told apart.
 constexpr int64_t kSlots = 4;
 
 // Waits for the collective on the compressed copy, then decompresses into the f32 bucket (on

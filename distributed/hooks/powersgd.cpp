@@ -144,19 +144,17 @@ Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& shape) {
 }
 
 // Note [The error settled a step late]
-// With error feedback the expansion wrote P Q^T into the bucket and, in the same pass, turned M
-// into the new error M - P Q^T: it read M and wrote two arrays, 1.8 GB a step for ViT-L in bf16
-// (0.61 ms, a2f7305). With warm start the next step's compensation reads the same Q for P = M Q
-// anyway, so the subtraction can wait for it: the error buffer keeps M, the P sent is kept
-// (`sent_p`, a few MB), and the next step computes M' = gradient + M - P Q^T from Q's rows it
-// already holds and P's two rows a warp in registers. The expansion then only writes the bucket
-// (0.6 GB) and the compensation moves what it did. The value is the same sum, rounded once less:
-// M - P Q^T is no longer stored in 16 bits (or f32) before the gradient is added. The tensors
-// sent uncompressed keep their error as before (scatter_runs). The first step subtracts a zero P;
-// settle_error() does the subtraction in place where the error itself is wanted (a step that does
-// not settle late, PowerSgdHook::settle_errors()), leaving the state equivalent. Checkpoints keep
-// M and the sent P as they are, so that a resumed run is the uninterrupted one bit for bit. A
-// non-finite M still flags the step: its row of P, hence every column of Q, comes out non-finite.
+// Decision: with error feedback and warm start, the expansion writes only P Q^T into the bucket
+// and leaves M in the error buffer, keeping the P sent (`sent_p`, a few MB); the next step's
+// compensation, which reads the same Q for P = M Q anyway, computes M' = gradient + M - P Q^T.
+// Reason: the eager expansion also turned M into M - P Q^T, reading M and writing two arrays
+// (1.8 GB a step for ViT-L in bf16, against 0.6 GB for the bucket alone). Invariant: the value is
+// the same sum, rounded once less (M - P Q^T is no longer stored before the gradient is added);
+// tensors sent uncompressed keep their error as before (scatter_runs); the first step subtracts
+// a zero P; settle_error() subtracts in place where the error itself is wanted
+// (PowerSgdHook::settle_errors()). Checkpoints keep M and the sent P as they are, so a resumed
+// run is the uninterrupted one bit for bit. A non-finite M still flags the step: its row of P,
+// hence every column of Q, comes out non-finite.
 void settle_error(PowerSgdState::Bucket& st) {
   if (!st.sent_p.defined()) return;
   VITDDP_CHECK(!st.settle_groups.empty(), "powersgd: an error restored with its sent P is settled only after a "
@@ -310,29 +308,17 @@ Plan plan_bucket(const GradBucket& bucket, const PowerSgdOptions& o) {
 }  // namespace
 
 // Note [PowerSGD and skipped steps]
-// With --nonfinite skip, a step whose all-reduced gradients hold a NaN or Inf changes nothing:
-// the optimizer skips its update on a device flag (NonfiniteCheck). The hook's state must not
-// change either, or the NaN would live on in the error-feedback buffer (and in Q, warm-started)
-// and poison every later step. But the hook updates its state while it communicates, before
-// anyone has looked at the gradients, and the decision must be made without the host waiting.
-// So each bucket computes its new error and Q into scratch tensors (`Staged`), and a device
-// flag collects whether any of them is not finite; once the last bucket of the step is done,
-// one kernel per tensor copies the new state over the old unless the flag is set. On the CPU
-// the same happens in plain code.
-//
-// The flag agrees with NonfiniteCheck's decision, on every rank: a NaN or Inf in any rank's
-// compensated gradient makes the all-reduced P (or the uncompressed all-reduce) non-finite on
-// every rank, hence the result and every rank's new error (compensated - result); and a
-// non-finite result is exactly what NonfiniteCheck finds. It is computed from the new error
-// in the pass that computes it, and from Q, which is small. The decision covers all buckets of
-// the step: a NaN in one bucket skips the whole update, so no bucket may commit alone. The
-// price: every bucket's new error stays alive until the step's last bucket is done (one extra
-// f32 copy of the gradients at the end of backward). Under --nonfinite stop the run ends at a
-// non-finite step, so nothing stages (PowerSgdOptions::stage_state): the error and Q are
-// updated in place, and the trainer writes a checkpoint only once its step is known finite.
-// (Known gap: a new error that overflows to Inf while the step's gradients stay finite, which
-// needs values near f32's limit, is saved; the next step's gradients are then non-finite and
-// that run, or one resumed from the checkpoint, stops there with exit 5.)
+// With --nonfinite skip, a step whose all-reduced gradients hold a NaN or Inf must leave the
+// hook's state as it was too: a NaN in the error feedback (or in warm-started Q) would poison
+// every later step. The state changes while the hook communicates, before anyone has checked,
+// and the host must not wait; so each bucket writes its new error and Q to scratch (`Staged`), a
+// device flag collects whether any is not finite, and after the step's last bucket one kernel
+// per tensor commits them unless it is set (plain code on the CPU). Invariant: the flag agrees
+// with NonfiniteCheck on every rank (a NaN or Inf in any rank's compensated gradient makes the
+// all-reduced P, hence the result and every rank's new error, non-finite), and all buckets of a
+// step commit or none. Cost: every new error lives until the step's last bucket. Under
+// --nonfinite stop nothing stages (PowerSgdOptions::stage_state). Known gap: a new error that
+// overflows while the gradients stay finite is kept; the next step then stops the run (exit 5).
 struct PowerSgdHook::Staged {
   struct Entry {
     PowerSgdState::Bucket* state;
@@ -365,20 +351,17 @@ struct PowerSgdHook::Staged {
 };
 
 // Note [PowerSGD beside backward]
-// On a GPU a bucket's compression runs on a stream of the hook's own, forked from the compute
-// stream when the bucket is ready: M = gradient + error, P = M Q, P's all-reduce, the
-// orthogonalisation, Q = M^T P and Q's all-reduce. On the compute stream, as it first was, the
-// wait for P's all-reduce (queued on the communication stream behind the earlier buckets'
-// collectives) held up every backward kernel enqueued after it, once per bucket: with 25 MB
-// buckets and P2P off, 2-GPU bf16 ViT-L ran at 0.37 of the 1-GPU rate against 0.66 in one
-// 2000 MB bucket (docs/performance.md, 3ec53dc). On its own stream only the hook waits; the
-// compute stream joins at the end of backward, when the reducer waits for each bucket's Q
-// all-reduce and the expansion into the bucket runs. Products on both streams at once need a
-// cuBLASLt workspace each (CudaContext::workspace(stream)). Memory: what the side stream
-// allocates it also frees, or the compute stream frees after that join; the pool never hands a
-// block freed on the side stream to the compute stream by making it wait (allocator.cpp).
-// A product shape first seen here is autotuned (Note [Choosing a GEMM algorithm]) while backward
-// runs beside it, so its timings are noisier than the compute stream's.
+// On a GPU a bucket's compression (M = gradient + error, P = M Q, P's all-reduce, the
+// orthogonalisation, Q = M^T P, Q's all-reduce) runs on a stream of the hook's own, forked from
+// the compute stream when the bucket is ready. On the compute stream the wait for P's all-reduce,
+// queued behind the earlier buckets' collectives, held up every backward kernel after it once per
+// bucket: with P2P off, small buckets ran far slower than one huge bucket (docs/performance.md).
+// On its own stream only the hook waits; the compute stream joins at the end of backward, when
+// the reducer waits for each bucket's Q all-reduce and the expansion runs. Products on both
+// streams need a cuBLASLt workspace each (CudaContext::workspace(stream)). What the side stream
+// allocates it frees, or the compute stream frees after that join; the pool never hands a block
+// freed on one stream to another by making it wait (framework/cuda/allocator.cpp). Shapes first
+// seen here are autotuned (Note [Choosing a GEMM algorithm]) beside backward, with noisier timings.
 struct PowerSgdHook::SideStream {
 #if VITDDP_WITH_CUDA
   int device = -1;
@@ -392,11 +375,11 @@ struct PowerSgdHook::SideStream {
 // and the expansion that writes P Q^T into the bucket and M - P Q^T into the error) read and
 // write every element, and with one bucket of ViT-L's 306 M gradients they run after backward:
 // in f32 about 8.4 GB a step (docs/performance.md). PyTorch's hook keeps the error in the
-// bucket's dtype; --powersgd-error-dtype bucket does the same (error and M in bf16 for bf16
-// training: about 4.8 GB), while P and Q stay f32 here: the products read the 16-bit M with
-// 16-bit copies of the small factors and write f32 (cuBLASLt's bf16 x bf16 -> f32), and the
-// all-reduces, the orthogonalisation and the expansion's P Q^T are f32 as before. What the
-// error then loses is its rounding to 16 bits each step (relative 2^-8 in bf16); the non-finite
+// bucket's dtype; the expert key `powersgd-error-dtype bucket` does the same (error and M in
+// bf16 for bf16 training: about 4.8 GB), while P and Q stay f32 here: the products read the
+// 16-bit M with 16-bit copies of the small factors and write f32 (cuBLASLt's bf16 x bf16 -> f32),
+// and the all-reduces, the orthogonalisation and the expansion's P Q^T are f32 as before. The
+// error then loses its rounding to 16 bits each step (relative 2^-8 in bf16); the non-finite
 // flag looks at the error as stored, where 16 bits overflow sooner than f32. A checkpoint's
 // error is converted to the run's setting when the run differs from the one that wrote it.
 
@@ -653,14 +636,14 @@ std::shared_ptr<Work> PowerSgdHook::run(ProcessGroup& group, GradBucket& bucket)
 // Note [PowerSGD's P buffers]
 // P, with the uncompressed tensors behind it (or those alone), is all-reduced from a buffer per
 // bucket kept from step to step, not made each step: the process group holds the tensor it
-// all-reduces and drops it once the collective is done, on whatever stream is then current.
-// With --update-in-backward the expansion reads P on the update stream, and a block freed on
-// the compute stream meanwhile could be handed to a new tensor while it still reads; a buffer
-// that is never freed needs no such ordering (Q already is the warm-start state, in place, and
-// M the error buffer: the command line always warm-starts and feeds the error back; without
-// either, Q or M would be made each step and this would not hold for them).
-// Reuse across steps is ordered: a step's side stream forks from the compute stream during its
-// backward, after the compute stream joined the last step's expansions and updates.
+// all-reduces and drops it once the collective is done, on whatever stream is then current, and
+// a block freed on one stream while another still reads it (an expansion on a stream of its own,
+// as whole-bucket updates beside backward ran it before they were removed: docs/tried.md) could
+// be handed to a new tensor mid-read. A buffer that is never freed needs no such ordering (Q
+// already is the warm-start state, in place, and M the error buffer: the command line always
+// warm-starts and feeds the error back; without either, Q or M would be made each step and this
+// would not hold for them). Reuse across steps is ordered: a step's side stream forks from the
+// compute stream during its backward, after the compute stream joined the last step's work.
 Tensor PowerSgdHook::factor_buffer(size_t bucket, int64_t numel, const Device& device) {
   Tensor& buffer = factor_buffers_[bucket];
   if (!buffer.defined() || buffer.numel() != numel || buffer.device() != device)

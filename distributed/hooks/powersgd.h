@@ -32,15 +32,16 @@ struct PowerSgdOptions {
   bool stage_state = true;
   // The error feedback (and M, which becomes it) in the bucket's own dtype, as PyTorch's hook
   // keeps it, instead of f32: with 16-bit buckets the hook's passes over the bucket move about
-  // half the bytes (Note [A 16-bit error] in the .cpp). --powersgd-error-dtype bucket.
+  // half the bytes (Note [A 16-bit error] in the .cpp). Expert key `powersgd-error-dtype bucket`.
   bool error_in_bucket_dtype = false;
   // With error feedback, P = M Q fused into the compensation and Q = M^T P as a pass of its own
   // (Note [PowerSGD's products as bucket passes]) where the kernels take the bucket's groups;
-  // off, both products go through the matrix-product library. --powersgd-products.
+  // off, both products go through the matrix-product library. No key sets it (the passes always
+  // won where they apply); tests turn it off to compare the two paths.
   bool bucket_pass_products = true;
   // With the passes and warm start, the approximation sent is subtracted from the error by the
   // next step's compensation, not by the expansion (Note [The error settled a step late]).
-  // --powersgd-error-settle late|eager.
+  // No key sets it (settling late always paid where it applies); tests compare it with eager.
   bool settle_error_late = true;
 };
 

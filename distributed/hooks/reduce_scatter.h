@@ -1,4 +1,4 @@
-// The hook of --shard-update (Note [Sharded updates] in distributed/sharded_update.cpp). Off
+// The hook of `update sharded` (Note [Sharded updates] in distributed/update/sharded.cpp). Off
 // (the default) it is the all-reduce hook. Scattering, it breaks CommHook's promise on purpose:
 // once its work is waited for only this rank's part of the bucket (bucket_shard) and the
 // remainder hold the average; the other ranks' parts keep this rank's own gradients.

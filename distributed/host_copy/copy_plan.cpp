@@ -100,20 +100,17 @@ Range owner_part(int world, int owner, int64_t count, int64_t align) {
 }
 
 // Note [Reductions beside the copies]
-// (--host-copy-reduce-beside; off by default until measured on two GPUs.) The owner adds each
-// received chunk of its part into the buffer (kReduce, a short kernel). On the receiving
-// stream, the next host -> device copy waits for that kernel: for its launch after
-// the copy, its run and the front end's turn back to the copy, per chunk of the reduce-scatter,
-// while the copy engine idles. Beside it, on a stream of its own, the additions read alternating
-// staging chunks: the receiving stream copies chunk j into staging chunk j mod 2 and marks it
-// staged (an event); the reducing stream waits for that, adds it in, and marks the staging chunk
-// free; the receiving stream's copy of chunk j + 2 waits for that mark. Chunk j's addition then
-// runs while chunk j + 1 is copied. The all-gather's sends wait for the chunks' reductions as
-// before (kMarkReduced, now on the reducing stream). Every wait is for a mark issued earlier, so
-// the plan runs in issue order on one queue too. Across all-reduces the staging chunks are
-// reused: before a plan the runner makes the receiving stream wait for the reducing stream's
-// earlier work (usually finished by then: the last all-reduce's gather receives came after its
-// additions were issued, though they do not wait for them).
+// Decision (expert key host-copy-reduce-beside, off until measured on two GPUs): the owner's
+// additions of received chunks into its part (kReduce, a short kernel) run on a stream of their
+// own, reading alternating staging chunks: the receiving stream copies chunk j into staging chunk
+// j mod 2 and marks it staged; the reducing stream waits, adds it in and marks it free; the copy
+// of chunk j + 2 waits for that mark. Reason: on the receiving stream each chunk's next copy
+// waits for the kernel's launch, its run and the front end's turn back, while the copy engine
+// idles; beside it, chunk j's addition runs while chunk j + 1 is copied. Invariants: every wait
+// is for a mark issued earlier, so the plan runs in issue order on one queue too; the
+// all-gather's sends still wait for the chunks' reductions (kMarkReduced, on the reducing stream);
+// before a plan reuses the staging chunks, the runner makes the receiving stream wait for the
+// reducing stream's earlier work.
 CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters,
                         bool reduce_beside) {
   check_counters(world, rank, slots, counters);

@@ -1,4 +1,4 @@
-// The plan of a host-staged all-reduce (--host-copy-allreduce): the steps each rank's two copy
+// The plan of a host-staged all-reduce (`transport host-copy`): the steps each rank's two copy
 // streams take, pure and CPU-tested; distributed/nccl/host_copy_transport.cpp runs them with the
 // GPU's copy engines and stream memory operations (Note [Host-copy all-reduce] there).
 //
@@ -102,11 +102,11 @@ Range owner_part(int world, int owner, int64_t count, int64_t align);
 CopyPlan plan_allreduce(int world, int rank, int64_t count, int64_t chunk_elements, int slots, RingCounters& counters,
                         bool reduce_beside = true);
 
-// Note [Back-to-back host copies] (host_copy_transport.cpp): whether an all-reduce of the bytes
-// [begin, end) may start after its inputs alone, overlapping the last collective, which covered
-// [last.begin, last.end): only when the two are apart and this rank reduced chunks of the last one
-// (its sends waited for them, so everything older has finished). `last` of flag-only padding, or
-// before any collective: reduced false.
+// Note [Back-to-back host copies] (distributed/nccl/host_copy_transport.cpp): whether an
+// all-reduce of the bytes [begin, end) may start after its inputs alone, overlapping the last
+// collective, which covered [last.begin, last.end): only when the two are apart and this rank
+// reduced chunks of the last one (its sends waited for them, so everything older has finished).
+// `last` of flag-only padding, or before any collective: reduced false.
 struct LastCollective {
   uintptr_t begin = 0;
   uintptr_t end = 0;

@@ -15,33 +15,19 @@
 namespace vitddp {
 
 // Note [Host-copy all-reduce]
-// Without peer access, NCCL moves an all-reduce through host shared memory with kernels: a few
-// thread blocks per channel copy and reduce through pinned buffers and spin on flags for the
-// whole collective, beside backward's kernels (docs/performance.md: backward runs 7-14% slower
-// beside them). NCCL's own copy-engine mode (NCCL_SHM_USE_CUDA_MEMCPY) drives the copies from a
-// host proxy thread, and stalled every training run we tried, PyTorch's too, with NCCL 2.28.
-// Here the whole collective is a fixed list of stream operations (distributed/host_copy/
-// copy_plan.h), on three streams of this rank:
-//   send: wait for the slot's `free` flag -> copy engine: device chunk -> slot -> set `full`
-//   recv: wait for the slot's `full` flag -> copy engine: slot -> device -> set `free`
-//   reduce: [add a received chunk of this rank's part in] (Note [Reductions beside the copies])
-// The waits and writes are stream memory operations (cuStreamWaitValue32 with
-// CU_STREAM_WAIT_VALUE_AND / cuStreamWriteValue32) on flags in the same mapped shared memory: the
-// GPU's front end polls them, no SM and no host thread takes part, and the only kernels are the
-// owner's additions (one short pass per chunk). A stream write comes after the copies before it
-// on its stream, with a system-wide fence (CU_STREAM_WRITE_VALUE_DEFAULT), so a peer that sees
-// `full` sees the chunk. Steps are issued in rounds that every rank shares, so a wait never
-// depends on work issued after it anywhere: streams that share a hardware queue cannot deadlock.
-// That holds for one rank's streams; two ranks as threads of one process on one GPU share its
-// context's hardware queues, where one rank's wait can stand before the other's signal in issue
-// order (such a test hung at f753006 and 6efe99c, even with CUDA_DEVICE_MAX_CONNECTIONS=32). Ranks
-// are processes, each on its own GPU (NCCL requires that of ProcessGroupNccl anyway); the
-// transport's own test puts two processes on one GPU (HostCopyTransportGpu; passes at abc4852).
-// Failure: a peer that dies leaves our waits unsatisfied; the group's watchdog times the
-// collective out like any other and calls release_waits(), which raises this rank's failed flag
-// (peers then fail too, instead of trusting what our drained streams send) and sets the release
-// bit on the flags our streams wait on, from the host (it is host memory), so they drain.
-//
+// Decision: without peer access, an all-reduce is a fixed list of stream operations
+// (distributed/host_copy/copy_plan.h) on three streams of this rank: copy-engine copies between
+// the device and ring slots in pinned shared host memory, paced by stream memory operations
+// (cuStreamWaitValue32 / cuStreamWriteValue32) on flags in that memory, which the GPU's front end
+// polls; the only kernels are the owner's additions. Reason: NCCL's shared-memory transport keeps
+// thread blocks spinning beside backward for the whole collective, slowing it, and its copy-engine
+// mode (NCCL_SHM_USE_CUDA_MEMCPY) stalled every training run we tried with NCCL 2.28, PyTorch's
+// too (docs/performance.md). Invariants: a stream write fences the copies before it system-wide
+// (CU_STREAM_WRITE_VALUE_DEFAULT), so a peer that sees `full` sees the chunk; copy_plan.h's rounds
+// rule out deadlock within one context, so ranks are processes (two rank threads on one GPU can
+// hang; HostCopyTransportGpu runs two processes on one). On failure the watchdog calls
+// release_waits(), and the streams drain.
+
 // Note [Replaying host copies]
 // A flag holds the parity of its slot's last use, so its waits carry fixed values; a CUDA graph
 // replays them unchanged. That is right only if every replay starts with the flags as they were
@@ -49,36 +35,20 @@ namespace vitddp {
 // multiple of 2 * slots, padded with flag-only uses), and eager all-reduces between replays (a
 // loss or a flag all-reduced) are followed by the padding before the next replay
 // (ProcessGroupNccl::align_host_copy_rings).
-//
+
 // Note [Back-to-back host copies]
-// (--host-copy-overlap; off by default until measured on two GPUs.) An all-reduce's copies
-// cannot keep both directions of the link busy at its ends: its first receive waits for the
-// peer's first chunk to reach host memory, and its last chunk is received
-// after the send stream has nothing left. Forked from the comm stream (the `stream` argument),
-// which waits for the previous all-reduce's end, every collective paid both: about 0.11 ms each
-// by a fit to the bf16 probe's 25 and 100 MiB rates (docs/performance.md), up to 1.5 ms of an
-// 18.7 ms step in DDP's 13 buckets with P2P off (predicted, not traced). The copy streams need
-// no such fork: each runs its steps of every collective in issue order, the flags pace them
-// against the peer, and a collective's streams wait for each other only through events marked
-// earlier (kWaitReduced, the staging chunks' and the reductions' catch-up). Given the event
-// after which the buffer is ready (ProcessGroupNccl passes the caller's handshake event when no
-// NCCL call went on its stream
-// since the last host copy), the next collective's sends start while the last one's final
-// chunks come in. Its receives still wait for their own turn on the receive stream, and the
-// caller's stream still waits for each collective's end, so its completion event means what it
-// meant. The rounds stay one sequence across collectives (the ring counters go on), so the
-// no-deadlock argument of Note [Host-copy all-reduce] holds across them for eager issue. A CUDA
-// graph's replay does not follow issue order: the driver places its independent branches on
-// hardware queues itself, and without a join between collectives there are more of them (three
-// chains per collective, no longer joined between collectives); the two-GPU graph tests
-// (HostCopyTrainGpu, HostCopyGpu) are what shows the replays do not hang.
-// What may overlap: the next collective's sends read its buffer while the last one's receives
-// write the last buffer, so the two must be apart (else it forks from the caller's stream, as
-// before: the same tensor all-reduced twice without a wait stays in order). Anything older has
-// finished: the last collective's sends waited for its reductions (kWaitReduced), which come after
-// its receives began, so after all earlier receives on the receive stream; when this rank reduced
-// nothing of it (a buffer too small to have a part here) or it was flag-only padding, the next
-// one forks from the stream too (host_copy::may_overlap).
+// Decision (expert key host-copy-overlap, off until measured on two GPUs): given the event after
+// which the buffer is ready (allreduce()'s `inputs_ready`), a collective's copies start without
+// forking from the comm stream, so its sends run while the last one's final chunks come in.
+// Reason: forked, every collective leaves the link half idle at both ends (its first receive
+// waits for the peer's first chunk, its last chunk comes after the sends are done), once per
+// bucket. Invariants: each copy stream runs its steps of every collective in issue order and the
+// rounds stay one sequence, so Note [Host-copy all-reduce]'s no-deadlock argument holds for eager
+// issue (a graph's replay does not follow issue order: HostCopyTrainGpu and HostCopyGpu show its
+// replays do not hang); the caller's stream still waits for each collective's end. The buffers must be apart and the
+// last collective must have reduced a part here (its sends waited for its reductions, hence for
+// all earlier receives); else the next forks from the stream (host_copy::may_overlap).
+
 namespace {
 
 constexpr size_t kFlagStride = 128;  // a flag per cache line pair: no false sharing
@@ -105,7 +75,7 @@ const DriverMemOps& driver_mem_ops() {
     auto lookup = [](const char* symbol, void** fn) {
       cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
       CUDA_CHECK(cudaGetDriverEntryPointByVersion(symbol, fn, 12000, cudaEnableDefault, &status));
-      VITDDP_CHECK(status == cudaDriverEntryPointSuccess && *fn, "--host-copy-allreduce: the CUDA driver has no ",
+      VITDDP_CHECK(status == cudaDriverEntryPointSuccess && *fn, "transport host-copy: the CUDA driver has no ",
                    symbol, " (it needs a driver for CUDA 12 or newer)");
     };
     lookup("cuStreamWaitValue32", reinterpret_cast<void**>(&found.wait_value32));
@@ -118,7 +88,7 @@ const DriverMemOps& driver_mem_ops() {
 void cu_check(CUresult result, const char* call) {
   if (result == CUDA_SUCCESS) return;
   throw Error(detail::concat("CUDA driver error: ", call, " failed with CUresult ", static_cast<int>(result),
-                             " (--host-copy-allreduce needs stream memory operations on host memory)"),
+                             " (transport host-copy needs stream memory operations on host memory)"),
               ErrorKind::kInternal);
 }
 
@@ -182,7 +152,7 @@ HostCopyTransport::HostCopyTransport(const HostCopyOptions& options)
   store.set(prefix + "host/" + std::to_string(rank), host);
   for (int q = 0; q < world; ++q) {
     const std::string theirs = store.get(prefix + "host/" + std::to_string(q), options.timeout);
-    VITDDP_CHECK(theirs == host, "--host-copy-allreduce needs every rank on one host: rank ", q, " runs on '", theirs,
+    VITDDP_CHECK(theirs == host, "transport host-copy needs every rank on one host: rank ", q, " runs on '", theirs,
                  "', rank ", rank, " on '", host, "'");
   }
   if (rank == 0) store.set(prefix + "token", make_token());

@@ -1,7 +1,7 @@
 // HostCopyTransport: all-reduce between the GPUs of one host through pinned shared host memory,
 // moved by the GPUs' copy engines and paced by stream memory operations, with no kernel waiting
 // on the link and no host thread in the loop (Note [Host-copy all-reduce] in the .cpp). It is
-// what ProcessGroupNccl's all-reduces use under --host-copy-allreduce, for GPUs without peer
+// what ProcessGroupNccl's all-reduces use under `transport host-copy`, for GPUs without peer
 // access (NCCL_P2P_DISABLE=1, PCIe servers whose GPUs cannot reach each other), where NCCL's
 // shared-memory transport keeps kernels spinning on SMs beside backward for the whole copy.
 //
@@ -35,8 +35,8 @@ struct HostCopyOptions {
   std::chrono::milliseconds timeout{300000};
   int64_t chunk_bytes = 4 << 20;  // one ring slot
   int slots = 4;                  // slots per ring (each ordered pair of ranks has one ring)
-  // The owner's additions on a stream of their own beside the receiving copies (Note
-  // [Reductions beside the copies] in copy_plan.cpp); false: on the receiving stream.
+  // The owner's additions on a stream of their own beside the receiving copies (false: on the
+  // receiving stream); Note [Reductions beside the copies] in distributed/host_copy/copy_plan.cpp.
   bool reduce_beside = false;
 };
 

@@ -49,8 +49,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kWatchdogPeriod{100};
 constexpr std::chrono::microseconds kProgressPoll{200};
 // A non-blocking communicator answers ncclInProgress to most calls for a few microseconds while
-// the work is enqueued; sleeping at once cost every collective a ~300 us nap (all-reduce of 1 MiB
-// over NVLink timed at 320 us; 25 MB buckets made 2-GPU bf16 steps host-bound). Spin first.
+// the work is enqueued; sleeping at once added a nap of at least kProgressPoll to every
+// collective, as long as a small all-reduce itself, and made bucketed 2-GPU bf16 steps
+// host-bound. Spin first.
 constexpr std::chrono::milliseconds kProgressSpin{5};
 
 std::string last_error_text(ncclComm_t comm) {
@@ -240,9 +241,9 @@ struct ProcessGroupNccl::Shared {
   std::deque<InFlight> in_flight;  // issue order
   // Note [Finishing an enqueue later]
   // A non-blocking communicator answers ncclInProgress to every collective and hands it to a
-  // thread of its own, which launches the kernel on the comm stream about 110 us later (measured
-  // with `--op-breakdown`: 113-236 us of host time per collective when the caller waited for
-  // it, 20-57 us on a blocking communicator). The caller no longer waits there: the collective
+  // thread of its own, which launches the kernel on the comm stream some time later; a caller
+  // that waited for it paid several times a blocking communicator's host time per collective
+  // (`--op-breakdown`; docs/performance.md). The caller no longer waits there: the collective
   // stays `pending` until the group's next call, or a wait on its Work, finishes it (polls until
   // NCCL has taken it, then records its completion event, which must follow NCCL's kernel on
   // the comm stream, and moves it to in_flight). Meanwhile the host goes on issuing backward,
@@ -261,11 +262,11 @@ struct ProcessGroupNccl::Shared {
   double finish_wait_seconds = 0;  // the callers' time in finish_pending(), for issue_stats()
   int rank = 0;
   int size = 1;
-  // Note [Naming the late rank] (wait_board.cpp): the oldest unfinished collective, once it has
-  // been in flight for kWaitReportAfter, is posted by the watchdog (outside the mutex).
+  // Note [Naming the late rank] (distributed/wait_board.cpp): the oldest unfinished collective,
+  // once it has been in flight for kWaitReportAfter, is posted by the watchdog (outside the mutex).
   std::unique_ptr<WaitBoard> board;
   int64_t posted_seq = -1;
-  // --host-copy-allreduce: the all-reduces' transport (Note [Host-copy all-reduce]); its waits
+  // transport host-copy: the all-reduces' transport (Note [Host-copy all-reduce]); its waits
   // are released when the group fails, so its streams drain.
   std::unique_ptr<HostCopyTransport> host_copy;
 

@@ -111,7 +111,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   // in the .cpp: NCCL may still be putting the last one there).
   cudaStream_t comm_stream() const { return comm_stream_.get(); }
   void finish_enqueue();
-  // --host-copy-allreduce under a CUDA graph (Note [Replaying host copies]): pads the transport's
+  // `transport host-copy` under a CUDA graph (Note [Replaying host copies]): pads the transport's
   // rings back to their starting flags, on the comm stream, and makes the caller's current stream
   // wait for it. Call on every rank before a capture, as the capture's last collective, and
   // before every replay; nothing without the transport or when the rings are aligned.

@@ -1,6 +1,6 @@
 // Which elements of a bucket each rank owns under sharded updates (Note [Sharded updates] in
-// distributed/update/sharded.cpp): equal parts for a reduce-scatter and an all-gather, plus a remainder of
-// fewer than `world` elements that every rank reduces and updates.
+// distributed/update/sharded.cpp): equal parts for a reduce-scatter and an all-gather, plus a
+// remainder of fewer than `world` elements that every rank reduces and updates.
 #pragma once
 
 #include <cstdint>

@@ -12,8 +12,8 @@ namespace vitddp {
 // its parameters: the compute stream waits for that bucket's communication only, so the link
 // keeps sending beside the forward instead of idling through the update and the whole forward.
 // With the buckets the next forward needs first launched first (Note [Launch order] in
-// reducer.cpp), the first layers' forward runs while the later layers' gradients are still on the
-// wire. Invariant: the same update, element by element, as finalize() + step(). It asks that
+// distributed/reducer.cpp), the first layers' forward runs while the later layers' gradients are
+// still on the wire. Invariant: the same update, element by element, as finalize() + step(). It asks that
 // nothing reads weights or writes gradients while updates are pending (flush() first), and
 // --nonfinite stop: a step's report is complete only once its updates are.
 NextForwardUpdate::NextForwardUpdate(Reducer& reducer, Optimizer& optimizer, const ParamArena& arena, Module& model,

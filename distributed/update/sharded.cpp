@@ -11,17 +11,17 @@ namespace vitddp {
 
 // Note [Sharded updates]
 // Decision: with a plain all-reduce every rank receives every averaged gradient and runs the same
-// update over all the weights, twice over on two ranks. Here (ZeRO stage 1, as PyTorch's
-// ZeroRedundancyOptimizer beside DDP) each bucket is reduce-scattered: rank r receives the
-// average of its part only (BucketShard's [r * part, (r + 1) * part), a remainder of fewer than
-// world elements all-reduced), updates that part, and the ranks all-gather the updated weights
-// the forward reads (the 16-bit copy in mixed precision, else the f32 weights). The bytes on the
-// link are the all-reduce's; the update's memory traffic is divided by the world size, and it runs
-// on a stream of its own beside the rest of backward, below the compute streams' priority (Note
-// [Stream priorities] in framework/cuda/stream.h). Invariants: the master weights and optimizer
-// state outside a rank's parts are stale until gather_state() gathers them; the step that may rebuild the
-// buckets updates plainly; a 2-rank average is a sum of two terms, so the weights are the plain
-// update's bit for bit on two ranks; the ranks take the minimum of their non-finite reports.
+// update over all the weights. Here (ZeRO stage 1, as PyTorch's ZeroRedundancyOptimizer beside
+// DDP) each bucket is reduce-scattered: rank r receives the average of its part only
+// (BucketShard's [r * part, (r + 1) * part), a remainder of fewer than world elements
+// all-reduced), updates that part, and the ranks all-gather the updated weights the forward reads
+// (the 16-bit copy in mixed precision, else the f32 weights). The link carries the all-reduce's
+// bytes; the update's memory traffic is divided by the world size, and it runs on a stream of its
+// own beside backward, below the compute streams' priority (Note [Stream priorities] in
+// framework/cuda/stream.h). Invariants: master weights and optimizer state outside a rank's parts
+// are stale until gather_state(); the step that may rebuild the buckets updates plainly; a 2-rank
+// average is a sum of two terms, so the weights are the plain update's bit for bit on two ranks;
+// the ranks take the minimum of their non-finite reports.
 
 // Note [Updates beside backward]
 // A parameter's gradient is ready when its AccumulateGrad node runs, after every node that reads

@@ -46,7 +46,7 @@ class ShardedUpdate final : public UpdateSchedule {
   void gather_state() override;
   std::string summary() const override;
 
-  // Whether the step begun last reduce-scatters (and updates in backward).
+  // Whether the step begun last reduce-scatters (and updates beside backward).
   bool scatters() const { return hook_.scatters(); }
   // Bucket updates that updated only this rank's part, so far.
   size_t sharded_updates() const { return sharded_updates_; }

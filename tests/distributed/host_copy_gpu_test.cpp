@@ -1,4 +1,4 @@
-// The host-copy all-reduce (Note [Host-copy all-reduce], --host-copy-allreduce) on two GPUs, one
+// The host-copy all-reduce (Note [Host-copy all-reduce], transport host-copy) on two GPUs, one
 // rank per thread: exact sums and averages in f32, bf16 and f16 over sizes from one element to
 // many chunks per ring (slots reused), several collectives queued before any wait and mixed
 // with NCCL's, back to back where they may overlap (Note [Back-to-back host copies]); sums

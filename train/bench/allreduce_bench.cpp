@@ -391,14 +391,14 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
   app.add_option("--gpus", f->gpus, "all-reduce across this many GPUs (NCCL, one process each)")->multi_option_policy(last);
   app.add_option("--procs", f->procs, "all-reduce across this many CPU processes (Gloo)")->multi_option_policy(last);
   app.add_flag("--host-copy", f->host_copy,
-               "with --gpus: all-reduce through shared host memory and the copy engines, as train "
-               "--host-copy-allreduce");
+               "with --gpus: all-reduce through shared host memory and the copy engines, as train's "
+               "transport host-copy");
   app.add_flag("--host-copy-overlap", f->host_copy_overlap,
-               "with --host-copy: back-to-back all-reduces overlap their copies, as train --host-copy-overlap (with "
+               "with --host-copy: back-to-back all-reduces overlap their copies, as train's host-copy-overlap (with "
                "--pieces, what that gains)");
   app.add_flag("--host-copy-reduce-beside", f->host_copy_reduce_beside,
-               "with --host-copy: the additions on a stream of their own beside the copies, as train "
-               "--host-copy-reduce-beside");
+               "with --host-copy: the additions on a stream of their own beside the copies, as train's "
+               "host-copy-reduce-beside");
   app.add_option("--timeout", f->timeout, "seconds a collective may take before the run stops with an error")
       ->capture_default_str()
       ->multi_option_policy(last);

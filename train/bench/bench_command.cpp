@@ -199,16 +199,16 @@ std::string describe(const Outcome& o, double seconds) {
 }
 
 // Note [Repeated launches]
-// A 2-GPU bf16 row over NVLink, launched again on the same machine with nothing changed, ran at
-// 78-91 steps/s (docs/performance.md, sixth session): some launches' all-reduces run three times
-// slower for the whole run. One launch per row then says little, so `--repeat N` launches every
-// configuration N times, round by round (each round runs all configurations once, so that a slow
-// spell of the machine falls on many rows, not on all launches of one), and the row is the launch
-// with the median images/s (for even N the lower of the two middle ones: no launch's figures are
-// averaged into numbers no launch had). The table keeps every launch's steps/s beside it. A row
-// with any failed launch fails, naming the launch: a failure is never outvoted. A sweep stopped
-// by a signal keeps what finished: a launch cut short counts only where its configuration has no
-// other, so rounds already done still make their rows.
+// A 2-GPU row launched again on the same machine with nothing changed can run well apart from
+// the last launch: some launches' all-reduces run slower for the whole run (docs/performance.md,
+// "Over NVLink, one launch is not a measurement"). One launch per row then says little, so
+// `--repeat N` launches every configuration N times, round by round (each round runs all
+// configurations once, so that a slow spell of the machine falls on many rows, not on all
+// launches of one), and the row is the launch with the median images/s (for even N the lower of
+// the two middle ones: no launch's figures are averaged into numbers no launch had). The table
+// keeps every launch's steps/s beside it. A row with any failed launch fails, naming the launch:
+// a failure is never outvoted. A sweep stopped by a signal keeps what finished: a launch cut
+// short counts only where its configuration has no other, so rounds already done still make rows.
 Outcome median_launch(std::vector<Outcome> launches) {
   std::vector<Outcome> finished;
   for (const Outcome& o : launches)

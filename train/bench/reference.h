@@ -1,5 +1,6 @@
 // The PyTorch reference beside a sweep's rows: how one of our runs maps to the reference script
-// (.deps/anchors/torch_ddp_vit.py: torchvision's ViT under PyTorch DDP, one JSON line on rank 0).
+// (.deps/anchors/torch_ddp_vit.py, fetched by scripts/fetch_device_deps.sh, not committed:
+// torchvision's ViT under PyTorch DDP, one JSON line on rank 0).
 //
 // The mapping lives in reference_command() alone. A run maps when every flag it sets has a
 // counterpart there or does not change what is measured (lr, seed, printing, timeouts); a

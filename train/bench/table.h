@@ -49,7 +49,7 @@ std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const Ben
 std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows);
 
 // Lines written under the title of the markdown file and as "header" in the JSON file:
-// {"date", "2025-01-31 12:00 UTC"}, {"GPU", "NVIDIA H200"}, {"commit", "e4b297e"}.
+// {"date", "2025-01-31 12:00 UTC"}, {"GPU", "NVIDIA H200"}, {"commit", "<short hash>"}.
 using TableHeader = std::vector<std::pair<std::string, std::string>>;
 
 // Among launches of one configuration that all succeeded (at least one): the index of the one

@@ -7,7 +7,7 @@
 // NVML is loaded at run time (dlopen of libnvidia-ml.so.1, which the driver installs), so the
 // program has no link dependency on it; without it the NVML columns say "unknown". The parts
 // that need no GPU (the NCCL log parser, the PCIe path names, the table and the hints) are pure
-// functions, tested in tests/train/topology_test.cpp.
+// functions, tested in tests/train/bench/topology_test.cpp.
 #pragma once
 
 #include <map>

@@ -1,7 +1,7 @@
 // Model FLOP utilisation (MFU): the model's training FLOPs per second on one GPU over that
 // GPU's peak. The peak is the data sheet's dense bf16 tensor-core rate, one yardstick for every
-// precision (as docs/performance.md and NUMBERS.md use it): an fp32 run's MFU says how far it
-// is from what the GPU could do in bf16, not from its fp32 ceiling.
+// precision (as docs/performance.md uses it): an fp32 run's MFU says how far it is from what
+// the GPU could do in bf16, not from its fp32 ceiling.
 #pragma once
 
 #include <optional>
