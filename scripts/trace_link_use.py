@@ -6,7 +6,7 @@ on, the communication stream's busy time per step against the step's length, and
 gaps on rank 0's stream, each named by the bucket that ended before it and the one after it
 (a gap ends when the next bucket is ready: nothing to send; or when the other rank joins).
 
-With --host-copy-allreduce's all-reduces back to back (Note [Back-to-back host copies]) a bucket's
+With the host copy's all-reduces back to back (Note [Back-to-back host copies]) a bucket's
 copies start before its mark on the communication stream, which still waits for the previous
 bucket's end: its time here is from that end (or its ready mark, if later), so its rate is
 overstated; a gap still means nothing was queued.

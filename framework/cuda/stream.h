@@ -54,7 +54,7 @@ class Event {
 // (NCCL's and the host copy's streams) at the greatest, so that a collective's blocks get SMs
 // as soon as any free up; compute (the per-device default stream, the weight gradients' side
 // stream) one above the least; background at the least, for work that should only fill the SMs
-// compute leaves idle (the optimizer updates UpdateInBackward runs beside backward). The block
+// compute leaves idle (ShardedUpdate's updates beside backward). The block
 // scheduler starts pending blocks of a higher-priority stream first. A CUDA graph keeps each
 // kernel's captured priority (framework/cuda/graph.cpp). Where the range has two levels, compute
 // and background share the lower; with one, all three are the same.
