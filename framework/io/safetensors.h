@@ -61,7 +61,7 @@ std::string serialize_safetensors(const NamedTensors& tensors,
 
 // Hands the bytes write_safetensors would write to `sink` in order, a piece at a time (the header,
 // then each tensor's data), without building the file in memory; for writers with their own
-// file handling (train/checkpoint.cpp).
+// file handling (train/checkpoint/checkpoint.cpp).
 void stream_safetensors(const NamedTensors& tensors, const std::function<void(const char*, size_t)>& sink,
                         const std::map<std::string, std::string>& metadata = {});
 

@@ -1,12 +1,12 @@
 // Checkpoint files: writing them crash-safely, finding the newest whole one, and reading one
-// back with every field checked. The layout and the record are described in checkpoint.h.
+// back with every field checked. The layout is described in checkpoint.h, the record
+// (rank-R.json) in checkpoint_record.h.
 #include "framework/core/message_text.h"
 #include "train/checkpoint/checkpoint.h"
 
+#include "train/checkpoint/checkpoint_record.h"
 #include "train/config.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,163 +24,20 @@
 
 #include "framework/core/error.h"
 #include "framework/io/atomic_file.h"
+#include "framework/io/file_util.h"
 
 namespace vitddp {
 
 namespace {
 
 std::string quote(const std::string& text, size_t max_len = 80) { return quote_for_message(text, max_len); }
-std::string sanitize(const std::string& text, size_t max_len = 200) { return sanitize_for_message(text, max_len); }
 
-using json = nlohmann::json;
-using ojson = nlohmann::ordered_json;
-
-constexpr const char* kFormat = "vitddp-checkpoint";
-constexpr int kVersion = 1;
-constexpr uint64_t kMaxRecordBytes = 64ull << 20;  // a record is a few KB; refuse absurd files
 constexpr const char* kWeightsPrefix = "weights.";
 constexpr const char* kOptimPrefix = "optim.";
 constexpr const char* kPowerSgdPrefix = "powersgd.b";
 
 // ---------------------------------------------------------------------------------------------
-// CRC-32, slicing by 8 (see Note [Checkpoint checksum])
-
-struct Crc32Tables {
-  uint32_t t[8][256];
-  Crc32Tables() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; ++i)
-      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
-  }
-};
-
-const Crc32Tables& crc_tables() {
-  static const Crc32Tables tables;
-  return tables;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Small file-system helpers
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-std::string join_path(const std::string& a, const std::string& b) {
-  if (a.empty()) return b;
-  return a.back() == '/' ? a + b : a + "/" + b;
-}
-
-std::string base_name(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string parent_of(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-bool exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-bool is_directory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// Creates `path` and its missing parents.
-void make_directories(const std::string& path) {
-  if (path.empty() || is_directory(path)) return;
-  make_directories(parent_of(path));
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
-    throw Error(path + ": cannot create folder: " + errno_text(errno));
-}
-
-// Makes renames and unlinks in `dir` durable. Some file systems cannot fsync a directory
-// (EINVAL): that is fine.
-void fsync_directory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw Error(dir + ": cannot open: " + errno_text(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0 && err != EINVAL && err != EROFS) throw Error(dir + ": cannot fsync: " + errno_text(err));
-}
-
-std::vector<std::string> list_directory(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return names;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// A file opened for reading, closed when it goes out of scope; throws naming the path.
-class ReadFd {
- public:
-  explicit ReadFd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) throw Error(path + ": cannot read: " + errno_text(errno));
-  }
-  ~ReadFd() { ::close(fd_); }
-  ReadFd(const ReadFd&) = delete;
-  ReadFd& operator=(const ReadFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-std::string read_text(const std::string& path, uint64_t max_bytes) {
-  const ReadFd file(path);
-  const int fd = file.get();
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": cannot read: not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    throw Error(path + ": " + std::to_string(st.st_size) + " bytes is too large for a checkpoint record");
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t at = 0;
-  while (at < text.size()) {
-    ssize_t r = ::read(fd, text.data() + at, text.size() - at);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Error(path + ": cannot read: " + errno_text(errno));
-    if (r == 0) break;
-    at += static_cast<size_t>(r);
-  }
-  text.resize(at);
-  return text;
-}
-
-uint64_t file_size(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot read: " + errno_text(errno));
-  return static_cast<uint64_t>(st.st_size);
-}
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%08x", v);
-  return buf;
-}
-
-
-
-// ---------------------------------------------------------------------------------------------
 // Names
-
-std::string rank_file(int rank, const char* extension) { return "rank-" + std::to_string(rank) + extension; }
 
 // The step of a folder called "step-<digits>", or -1.
 int64_t parse_step_name(const std::string& name) {
@@ -202,237 +59,6 @@ std::vector<std::pair<int64_t, std::string>> step_folders(const std::string& dir
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return steps;
-}
-
-// Names, shapes and dtypes of the weights, hashed: a quick fingerprint of the architecture.
-std::string parameter_signature(const NamedTensors& weights) {
-  std::string text;
-  for (const auto& [name, t] : weights)
-    text += name + ":" + safetensors_dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
-  return "crc32:" + hex32(crc32(text.data(), text.size())) + ":" + std::to_string(weights.size());
-}
-
-// ---------------------------------------------------------------------------------------------
-// The record (rank-R.json)
-
-struct Record {
-  int64_t step = 0;
-  int rank = 0;
-  int world_size = 1;
-  std::string model_name;
-  int64_t parameter_count = 0;
-  std::string param_signature;
-  std::string optimizer_name;
-  int64_t optimizer_steps = 0;
-  uint64_t dropout_seed = 0, dropout_counter = 0;
-  int64_t loader_step = 0;
-  bool has_powersgd = false;
-  int64_t powersgd_iter = 0;
-  struct PsgdBucket {
-    size_t index = 0;
-    bool error = false, q = false, sent_p = false;  // sent_p: optional key (older records lack it)
-  };
-  std::vector<PsgdBucket> powersgd_buckets;
-  std::vector<std::vector<size_t>> buckets;  // optional key "buckets"
-  json config;
-  std::string tensors_file;
-  uint64_t tensors_bytes = 0;
-  std::string tensors_crc32;
-};
-
-// Strict reading of one JSON record: every field present with its type, no key unknown.
-class RecordReader {
- public:
-  explicit RecordReader(const std::string& path) : path_(path) {}
-
-  template <typename... Args>
-  [[noreturn]] void fail(const Args&... args) const {
-    throw Error(path_ + ": " + detail::concat(args...));
-  }
-
-  static std::string field(const std::string& where, const std::string& key) {
-    return where.empty() ? key : where + "." + key;
-  }
-
-  // `obj` must be an object with exactly `keys`, plus any of `optional`.
-  void exact_keys(const json& obj, const std::string& where, const std::vector<std::string>& keys,
-                  const std::vector<std::string>& optional = {}) const {
-    if (!obj.is_object())
-      fail(where.empty() ? "the record" : "'" + where + "'", " must be a JSON object, got ", obj.type_name());
-    for (const auto& item : obj.items())
-      if (std::find(keys.begin(), keys.end(), item.key()) == keys.end() &&
-          std::find(optional.begin(), optional.end(), item.key()) == optional.end())
-        fail("unknown key ", quote(field(where, item.key())), " in the record (written by another version?)");
-    for (const std::string& key : keys)
-      if (!obj.contains(key)) fail("missing field '", field(where, key), "' in the record");
-  }
-
-  int64_t integer(const json& obj, const std::string& where, const std::string& key, int64_t min) const {
-    const json& v = obj.at(key);
-    if (!v.is_number_integer())
-      fail("field '", field(where, key), "' must be an integer, got ", v.type_name(), " ", sanitize(v.dump(), 40));
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      fail("field '", field(where, key), "' is out of range: ", v.dump());
-    int64_t x = v.get<int64_t>();
-    if (x < min) fail("field '", field(where, key), "' must be >= ", min, ", got ", x);
-    return x;
-  }
-
-  uint64_t unsigned64(const json& obj, const std::string& where, const std::string& key) const {
-    const json& v = obj.at(key);
-    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
-      fail("field '", field(where, key), "' must be an unsigned integer, got ", v.type_name(), " ",
-           sanitize(v.dump(), 40));
-    return v.get<uint64_t>();
-  }
-
-  std::string string(const json& obj, const std::string& where, const std::string& key) const {
-    const json& v = obj.at(key);
-    if (!v.is_string()) fail("field '", field(where, key), "' must be a string, got ", v.type_name());
-    return v.get<std::string>();
-  }
-
-  bool boolean(const json& obj, const std::string& where, const std::string& key) const {
-    const json& v = obj.at(key);
-    if (!v.is_boolean()) fail("field '", field(where, key), "' must be true or false, got ", v.type_name());
-    return v.get<bool>();
-  }
-
- private:
-  const std::string& path_;
-};
-
-// `label` (the file's path) starts every error message.
-Record parse_record_text(const std::string& text, const std::string& label) {
-  RecordReader r(label);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    r.fail("malformed JSON (", text.empty() ? "empty file" : sanitize(e.what()), ")");
-  }
-  r.exact_keys(j, "",
-               {"format", "version", "step", "rank", "world_size", "model", "optimizer", "rng", "loader_step",
-                "powersgd", "config", "tensors", "complete"},
-               {"buckets"});
-  if (r.string(j, "", "format") != kFormat)
-    r.fail("field 'format' is ", quote(j["format"].get<std::string>()), ", expected '", kFormat, "'");
-  int64_t version = r.integer(j, "", "version", 0);
-  if (version != kVersion) r.fail("record version ", version, " is not supported (this build reads ", kVersion, ")");
-  if (!r.boolean(j, "", "complete")) r.fail("record is marked incomplete");
-
-  Record rec;
-  rec.step = r.integer(j, "", "step", 0);
-  rec.rank = static_cast<int>(std::min<int64_t>(r.integer(j, "", "rank", 0), INT32_MAX));
-  rec.world_size = static_cast<int>(std::min<int64_t>(r.integer(j, "", "world_size", 1), INT32_MAX));
-  if (rec.rank >= rec.world_size) r.fail("field 'rank' ", rec.rank, " is not below 'world_size' ", rec.world_size);
-
-  const json& model = j["model"];
-  r.exact_keys(model, "model", {"name", "parameter_count", "param_signature"});
-  rec.model_name = r.string(model, "model", "name");
-  rec.parameter_count = r.integer(model, "model", "parameter_count", 0);
-  rec.param_signature = r.string(model, "model", "param_signature");
-
-  const json& optimizer = j["optimizer"];
-  r.exact_keys(optimizer, "optimizer", {"name", "steps"});
-  rec.optimizer_name = r.string(optimizer, "optimizer", "name");
-  rec.optimizer_steps = r.integer(optimizer, "optimizer", "steps", 0);
-
-  const json& rng = j["rng"];
-  r.exact_keys(rng, "rng", {"dropout"});
-  r.exact_keys(rng["dropout"], "rng.dropout", {"seed", "counter"});
-  rec.dropout_seed = r.unsigned64(rng["dropout"], "rng.dropout", "seed");
-  rec.dropout_counter = r.unsigned64(rng["dropout"], "rng.dropout", "counter");
-
-  rec.loader_step = r.integer(j, "", "loader_step", 0);
-  // A count of batches: far below INT64_MAX, whose neighbourhood would overflow the loader's claims.
-  if (rec.loader_step > (int64_t{1} << 53)) r.fail("field 'loader_step' is out of range: ", rec.loader_step);
-
-  const json& psgd = j["powersgd"];
-  if (!psgd.is_null()) {
-    rec.has_powersgd = true;
-    r.exact_keys(psgd, "powersgd", {"iter", "buckets"});
-    rec.powersgd_iter = r.integer(psgd, "powersgd", "iter", 0);
-    if (!psgd["buckets"].is_array())
-      r.fail("field 'powersgd.buckets' must be an array, got ", psgd["buckets"].type_name());
-    std::set<size_t> seen;
-    for (size_t i = 0; i < psgd["buckets"].size(); ++i) {
-      const std::string where = "powersgd.buckets[" + std::to_string(i) + "]";
-      const json& b = psgd["buckets"][i];
-      r.exact_keys(b, where, {"index", "error", "q"}, {"sent_p"});
-      Record::PsgdBucket bucket;
-      bucket.index = static_cast<size_t>(r.integer(b, where, "index", 0));
-      bucket.error = r.boolean(b, where, "error");
-      bucket.q = r.boolean(b, where, "q");
-      if (b.contains("sent_p")) bucket.sent_p = r.boolean(b, where, "sent_p");
-      // The sent P is subtracted with Q from the stored M: without both it would mean nothing.
-      if (bucket.sent_p && !(bucket.error && bucket.q))
-        r.fail("PowerSGD bucket ", bucket.index, " lists a sent P without its error and Q");
-      if (!seen.insert(bucket.index).second) r.fail("PowerSGD bucket ", bucket.index, " is listed twice");
-      rec.powersgd_buckets.push_back(bucket);
-    }
-  }
-
-  if (j.contains("buckets")) {  // optional: records of single-process runs have none
-    const json& buckets = j["buckets"];
-    if (!buckets.is_array()) r.fail("field 'buckets' must be an array, got ", buckets.type_name());
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      if (!buckets[b].is_array() || buckets[b].empty())
-        r.fail("field 'buckets[", b, "]' must be a non-empty array of parameter indices");
-      std::vector<size_t> params;
-      for (const json& v : buckets[b]) {
-        if (!v.is_number_unsigned()) r.fail("field 'buckets[", b, "]' holds ", v.dump(), ", not a parameter index");
-        params.push_back(v.get<size_t>());
-      }
-      rec.buckets.push_back(std::move(params));
-    }
-  }
-
-  if (!j["config"].is_object()) r.fail("field 'config' must be a JSON object, got ", j["config"].type_name());
-  rec.config = j["config"];
-
-  const json& tensors = j["tensors"];
-  r.exact_keys(tensors, "tensors", {"file", "bytes", "crc32"});
-  rec.tensors_file = r.string(tensors, "tensors", "file");
-  rec.tensors_bytes = static_cast<uint64_t>(r.integer(tensors, "tensors", "bytes", 0));
-  rec.tensors_crc32 = r.string(tensors, "tensors", "crc32");
-  if (rec.tensors_crc32.size() != 8 || rec.tensors_crc32.find_first_not_of("0123456789abcdef") != std::string::npos)
-    r.fail("field 'tensors.crc32' must be 8 lowercase hex digits, got ", quote(rec.tensors_crc32));
-  if (rec.tensors_file != rank_file(rec.rank, ".safetensors"))
-    r.fail("field 'tensors.file' is ", quote(rec.tensors_file), ", expected '", rank_file(rec.rank, ".safetensors"),
-           "'");
-  return rec;
-}
-
-Record parse_record(const std::string& path) { return parse_record_text(read_text(path, kMaxRecordBytes), path); }
-
-std::string record_text(const CheckpointState& s, const std::string& tensors_file, uint64_t bytes, uint32_t crc) {
-  ojson j = ojson::object();
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["step"] = s.step;
-  j["rank"] = s.rank;
-  j["world_size"] = s.world_size;
-  j["model"] = {{"name", s.model_name},
-                {"parameter_count", s.parameter_count},
-                {"param_signature", parameter_signature(s.weights)}};
-  j["optimizer"] = {{"name", s.optimizer_name}, {"steps", s.optimizer_steps}};
-  j["rng"] = {{"dropout", {{"seed", s.dropout_seed}, {"counter", s.dropout_counter}}}};
-  j["loader_step"] = s.loader_step;
-  if (!s.buckets.empty()) j["buckets"] = s.buckets;
-  if (s.powersgd) {
-    ojson buckets = ojson::array();
-    for (const auto& [index, b] : s.powersgd->buckets)
-      buckets.push_back(
-          {{"index", index}, {"error", b.error.defined()}, {"q", b.q.defined()}, {"sent_p", b.sent_p.defined()}});
-    j["powersgd"] = {{"iter", s.powersgd->iter}, {"buckets", std::move(buckets)}};
-  } else {
-    j["powersgd"] = nullptr;
-  }
-  j["config"] = s.config.is_object() ? ojson::parse(s.config.dump()) : ojson::object();
-  j["tensors"] = {{"file", tensors_file}, {"bytes", bytes}, {"crc32", hex32(crc)}};
-  j["complete"] = true;  // last, by convention; the record is only ever renamed into place whole
-  return j.dump(2) + "\n";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -567,7 +193,7 @@ std::string whole_problem(const std::string& step_dir, int rank) {
       if (rank > 0 && exists(first) && parse_record(first).world_size <= rank) return "";
       return rank_file(rank, ".json") + " is missing (the save did not complete)";
     }
-    Record rec = parse_record(record_path);
+    CheckpointRecord rec = parse_record(record_path);
     for (int r = 0; r < rec.world_size; ++r)
       if (!exists(join_path(step_dir, rank_file(r, ".json"))))
         return rank_file(r, ".json") + " is missing (rank " + std::to_string(r) + "'s save did not complete)";
@@ -645,48 +271,7 @@ std::string checkpoint_step_name(int64_t step) {
   return buf;
 }
 
-// Note [Checkpoint checksum]
-// CRC-32 (the IEEE polynomial, reflected: the value of zlib's crc32(), Python's zlib.crc32 and
-// the `crc32` tool) detects every burst error up to 32 bits and random damage with probability
-// 1 - 2^-32: enough to tell a damaged file from a whole one (it is no defence against
-// tampering, which is not the threat). It is computed here, slicing by 8 (about 1.5 GB/s on one
-// core), rather than with zlib, so the build needs no library the GPU machine might lack (it
-// has no package registry, and zlib1g-dev's libz.so is an absolute link that does not survive
-// unpacking into .deps/).
-uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  const auto& t = crc_tables().t;
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
-  while (n >= 8) {
-    uint32_t lo, hi;
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= c;
-    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][hi & 0xff] ^
-        t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-    p += 8;
-    n -= 8;
-  }
-  while (n--) c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-  return ~c;
-}
-
 int64_t checkpoint_step_of(const std::string& step_dir) { return parse_step_name(base_name(step_dir)); }
-
-uint32_t file_crc32(const std::string& path) {
-  const ReadFd file(path);
-  const int fd = file.get();
-  std::vector<char> buf(size_t{4} << 20);
-  uint32_t crc = 0;
-  for (;;) {
-    ssize_t r = ::read(fd, buf.data(), buf.size());
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Error(path + ": cannot read: " + errno_text(errno));
-    if (r == 0) break;
-    crc = crc32(buf.data(), static_cast<size_t>(r), crc);
-  }
-  return crc;
-}
 
 std::string save_checkpoint(const std::string& dir, const CheckpointState& state, const CheckpointOptions& options) {
   VITDDP_CHECK(!dir.empty(), "save_checkpoint: empty checkpoint folder");
@@ -710,7 +295,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
   }
   const std::string tensors_file = rank_file(state.rank, ".safetensors");
   const std::map<std::string, std::string> metadata = {
-      {"format", kFormat}, {"step", std::to_string(state.step)}, {"rank", std::to_string(state.rank)}};
+      {"format", kCheckpointFormat}, {"step", std::to_string(state.step)}, {"rank", std::to_string(state.rank)}};
   Written w = write_tensors_file(join_path(step_dir, tensors_file), checkpoint_tensors(state), metadata,
                                  pause_requested(state.step));
   write_file_atomically(record_path, record_text(state, tensors_file, w.bytes, w.crc));
@@ -767,14 +352,14 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
     // Name the world-size mismatch when that is the reason (a run with more ranks).
     const std::string first = join_path(step_dir, rank_file(0, ".json"));
     if (rank > 0 && exists(first)) {
-      Record rec0 = parse_record(first);
+      CheckpointRecord rec0 = parse_record(first);
       VITDDP_CHECK(rec0.world_size == expect.world_size, first, ": checkpoint was saved by ", rec0.world_size,
                    " ranks, this run has ", expect.world_size, " (resume with the same world size)");
     }
     throw Error(record_path + ": missing: rank " + std::to_string(rank) +
                 "'s save of this step did not complete; resume from an earlier step");
   }
-  Record rec = parse_record(record_path);
+  CheckpointRecord rec = parse_record(record_path);
   auto fail = [&](const std::string& path, const std::string& message) { throw Error(path + ": " + message); };
   if (rec.rank != rank)
     fail(record_path, "the record is rank " + std::to_string(rec.rank) + "'s, not rank " + std::to_string(rank) + "'s");
@@ -826,7 +411,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
   state.buckets = rec.buckets;
   state.optimizer_name = rec.optimizer_name;
   state.optimizer_steps = rec.optimizer_steps;
-  std::map<size_t, Record::PsgdBucket> listed;
+  std::map<size_t, CheckpointRecord::PsgdBucket> listed;
   if (rec.has_powersgd) {
     state.powersgd.emplace();
     state.powersgd->iter = rec.powersgd_iter;
@@ -901,10 +486,6 @@ PowerSgdState powersgd_state_on(const PowerSgdState& saved, Device device) {
     if (b.sent_p.defined()) o.sent_p = b.sent_p.to(device).clone();
   }
   return out;
-}
-
-void check_checkpoint_record(const std::string& text, const std::string& label) {
-  (void)parse_record_text(text, label);
 }
 
 }  // namespace vitddp

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/hooks/powersgd.h"
+#include "framework/io/file_util.h"  // crc32, file_crc32: the record's CRC-32, also for callers
 #include "framework/io/safetensors.h"
 
 namespace vitddp {
@@ -123,10 +124,5 @@ void restore_tensors(const NamedTensors& saved, const NamedTensors& targets, con
 // PowerSGD state as load_checkpoint returns it (CPU) moved to `device`, ready to assign to
 // PowerSgdHook::state().
 PowerSgdState powersgd_state_on(const PowerSgdState& saved, Device device);
-
-// CRC-32 (the value of zlib's crc32() and Python's zlib.crc32) of `n` bytes, continuing from
-// `crc` (0 to start); and of a whole file.
-uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
-uint32_t file_crc32(const std::string& path);
 
 }  // namespace vitddp
