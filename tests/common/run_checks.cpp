@@ -99,14 +99,14 @@ FlagRuns expect_flags_keep_the_weights(const std::string& args, const std::strin
   const std::string plain = (dir / "plain.safetensors").string(), eager = (dir / "eager.safetensors").string(),
                     graphed = (dir / "graph.safetensors").string();
   FlagRuns runs;
-  const TrainOutcome a = run_train("", args + " --save " + plain, true, 300);
+  const TrainOutcome a = run_train("", args + " --json --save " + plain, true, 300);
   EXPECT_EQ(a.code, 0) << a.out;
-  runs.eager = run_train("", args + " " + flags + " --cuda-graph=false --save " + eager, true, 300);
+  runs.eager = run_train("", args + " " + flags + " --cuda-graph=false --json --save " + eager, true, 300);
   EXPECT_EQ(runs.eager.code, 0) << runs.eager.out;
-  runs.graphed = run_train("", args + " " + flags + " --cuda-graph --save " + graphed, true, 300);
+  EXPECT_TRUE(runs.eager.json()["cuda_graph_replays"].is_null()) << runs.eager.out;
+  runs.graphed = run_train("", args + " " + flags + " --cuda-graph --json --save " + graphed, true, 300);
   EXPECT_EQ(runs.graphed.code, 0) << runs.graphed.out;
-  EXPECT_NE(runs.graphed.out.find("cuda graph: " + std::to_string(replays) + " step(s) replayed"), std::string::npos)
-      << runs.graphed.out;
+  EXPECT_EQ(runs.graphed.json()["cuda_graph_replays"], replays) << runs.graphed.out;
   if (a.code != 0 || runs.eager.code != 0 || runs.graphed.code != 0) return runs;
   EXPECT_EQ(worst_weight_difference(plain, eager), 0.0) << flags;
   EXPECT_EQ(worst_weight_difference(plain, graphed), 0.0) << flags << " --cuda-graph";

@@ -52,8 +52,9 @@ TrainOutcome resume_with_flags(const std::string& args, const std::string& flags
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus = false);
 
 // Trains `args` plainly, with `flags` eagerly (--cuda-graph=false) and with `flags` plus
-// --cuda-graph (which must then say it replayed `replays` steps), in a temporary folder named `folder`: all three must finish and save
-// the same weights. Returns the two runs with `flags`. GPU runs.
+// --cuda-graph (whose JSON must then count `replays` replayed steps), in a temporary folder named
+// `folder`: all three must finish and save the same weights. Returns the two runs with `flags`,
+// each with its --json line. GPU runs.
 struct FlagRuns {
   TrainOutcome eager;
   TrainOutcome graphed;

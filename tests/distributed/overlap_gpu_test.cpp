@@ -21,11 +21,22 @@ TEST(OverlapGpu, BucketAllReducesStartBeforeBackwardEnds) {
   const fs::path dir = fs::temp_directory_path() / ("vitddp_overlap_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string path = (dir / "trace.json").string();
+  // The plain update over NCCL, whatever the program would choose for two GPUs.
   testing::TrainOutcome o = testing::run_train(
-      "NCCL_NVLS_ENABLE=0", "--gpus 2 --model vit_l_32 --data gpu --warmup 2 --steps 3 --bucket-mb 25 --print-every 0 "
-                            "--set timeout=120 --trace " + path, /*use_gpus=*/true, /*timeout_s=*/300);
+      "NCCL_NVLS_ENABLE=0",
+      "--gpus 2 --model vit_l_32 --data gpu --steps 5 --set untimed-steps=2 --bucket-mb 25 --print-every 0 "
+      "--set update=after-backward --set transport=nccl --set timeout=120 --json --trace " + path,
+      /*use_gpus=*/true, /*timeout_s=*/300);
   ASSERT_EQ(o.code, 0) << o.out;
-  std::cout << o.out.substr(o.out.find("trace:")) << std::endl;
+  // The analysis in the JSON: the 3 timed steps of both ranks, and all-reduce time of which only
+  // a part is exposed.
+  const nlohmann::json j = o.json();
+  ASSERT_TRUE(j.contains("trace")) << o.out;
+  std::cout << j["trace"].dump() << std::endl;
+  EXPECT_EQ(j["backend"], "nccl") << o.out;
+  EXPECT_EQ(j["trace"]["steps"], 6) << o.out;
+  EXPECT_GT(j["trace"]["comm_ms"].get<double>(), 0.0) << o.out;
+  EXPECT_LT(j["exposed_comm_ms"].get<double>(), j["trace"]["comm_ms"].get<double>()) << o.out;
   nlohmann::json doc = testing::read_trace(path);
   testing::TracedRun run = testing::traced_steps(doc);
   ASSERT_FALSE(run.empty());

@@ -1,11 +1,13 @@
 // Golden test on the GPU: ViT-L/32 loss and every gradient, computed by vitddp's CUDA backend in
 // strict fp32, against torchvision on the same weights and batch (fp32, TF32 off), within 1e-4
-// relative. Needs python3 with torch and torchvision (VITDDP_PYTHON).
+// relative. Needs a python3 with numpy, torch and torchvision (found at configure time: see
+// common/parity_python.h); skips without one.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "common/gpu.h"
+#include "common/parity_python.h"
 #include "framework/cuda/context.h"
 #include "framework/io/safetensors.h"
 #include "framework/nn/param_arena.h"
@@ -17,6 +19,7 @@ namespace {
 
 TEST(TorchvisionParityGpu, VitL32Fp32LossAndEveryGradient) {
   VITDDP_REQUIRE_GPU();
+  VITDDP_REQUIRE_PARITY_PYTHON();
   cuda::set_matmul_precision(cuda::MatmulPrecision::kFp32);
   const VitConfig config = vit_config_by_name("vit_l_32");
   VisionTransformer model(config, 21);

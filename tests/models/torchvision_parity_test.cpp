@@ -1,11 +1,13 @@
 // Golden test: the project's ViT against torchvision's on the same weights and batch, in f32
-// (the comparison runs in tests/models/torchvision_parity.py under python3 with torch).
+// (the comparison runs in tests/models/torchvision_parity.py under a python3 with numpy, torch
+// and torchvision, found at configure time; without one the parity tests skip).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/parity_python.h"
 #include "common/test_utils.h"
 #include "framework/io/safetensors.h"
 #include "framework/ops/cross_entropy.h"
@@ -69,10 +71,12 @@ void check_against_torchvision(const VitConfig& config, int64_t batch, const std
 }
 
 TEST(TorchvisionParity, TinyVitLossAndEveryGradient) {
+  VITDDP_REQUIRE_PARITY_PYTHON();
   check_against_torchvision(vit_config_by_name("vit_tiny"), 4, "tiny");
 }
 
 TEST(TorchvisionParity, NonSquarePatchGridAndMoreHeads) {
+  VITDDP_REQUIRE_PARITY_PYTHON();
   VitConfig c = vit_config_by_name("vit_tiny");
   c.image_size = 24;
   c.patch_size = 6;

@@ -20,7 +20,7 @@ TEST(VitFlops, HalfTheForwardFlopsAreTorchvisionsPublishedCounts) {
 TEST(VitFlops, TrainingIsThreeForwardsAndGrowsWithTheParts) {
   VitConfig c = vit_config_by_name("vit_l_32");
   EXPECT_DOUBLE_EQ(c.training_flops_per_image(), 3 * c.forward_flops_per_image());
-  EXPECT_NEAR(c.forward_flops_per_image(), 30.8e9, 0.1e9);  // NUMBERS.md's count
+  EXPECT_NEAR(c.forward_flops_per_image(), 30.8e9, 0.1e9);  // the forward's count docs/performance.md uses
   // One more layer adds its projections and attention: 2 x tokens x (4 d^2 + 2 d mlp + 2 tokens d).
   const double before = c.forward_flops_per_image();
   c.num_layers += 1;

@@ -43,9 +43,9 @@ TEST(CommReportsGpu, AllreduceBenchOverTwoGpus) {
 }
 
 // Small collectives are not slowed by the host: enqueueing on the non-blocking communicator
-// once slept 200 us per call, and a 1 MiB all-reduce over NVLink timed 320 us (NCCL itself
-// takes tens of microseconds). Since the fix it timed 153 us (5f67f0b) and 152 (the
-// a67307f call), passing under 150 in the calls between: the bound sits between the two, 250 us.
+// once slept a few hundred microseconds per call (NCCL itself takes tens). The bound, 250 us,
+// sits between what a 1 MiB all-reduce over NVLink takes now and what it took with the sleep
+// (docs/tried.md, "NCCL enqueue spins before sleeping").
 TEST(CommReportsGpu, SmallAllreduceIsNotHostBound) {
   REQUIRE_TWO_GPUS();
   testing::TrainOutcome o = testing::run_train(

@@ -24,12 +24,18 @@ Outcome run(const std::string& env, const std::string& args) { return testing::r
 const std::string kTiny = "--model vit_tiny --batch-size 4 --set workers=1 --print-every 1";
 
 TEST(DdpCli, TwoCpuRanksTrain) {
-  Outcome o = run("", "--procs 2 --steps 3 --bucket-mb 0.05 " + kTiny);
+  Outcome o = run("", "--procs 2 --steps 3 --bucket-mb 0.05 --json " + kTiny);
   ASSERT_EQ(o.code, 0) << o.out;
-  EXPECT_NE(o.out.find("data parallel: 2 ranks (gloo)"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("summary: vit_tiny on 2 ranks"), std::string::npos) << o.out;
-  // Only rank 0 reports: one summary line.
+  const nlohmann::json j = o.json();
+  EXPECT_EQ(j["world_size"], 2) << o.out;
+  EXPECT_EQ(j["backend"], "gloo") << o.out;
+  EXPECT_EQ(j["model"], "vit_tiny") << o.out;
+  EXPECT_EQ(j["losses"].size(), 3u) << o.out;
+  EXPECT_GT(j["buckets"].get<int64_t>(), 1) << o.out;  // 0.05 MB buckets: several
+  // Only rank 0 reports: one summary line and one JSON line.
+  EXPECT_NE(o.out.find("summary:"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("summary:"), o.out.rfind("summary:")) << o.out;
+  EXPECT_EQ(o.out.find("\n{\""), o.out.rfind("\n{\"")) << o.out;
 }
 
 // --set ddp=true on one process takes the data-parallel path (a Gloo group of one, the reducer, its
@@ -37,12 +43,14 @@ TEST(DdpCli, TwoCpuRanksTrain) {
 TEST(DdpCli, DdpOnOneProcessGivesTheSameWeights) {
   testing::TempFolder dir("vitddp_ddp1");
   const std::string args = "--steps 3 --bucket-mb 0.05 --momentum 0.9 " + kTiny;
-  Outcome plain = run("", args + " --save " + dir.path() + "/plain.safetensors");
+  Outcome plain = run("", args + " --json --save " + dir.path() + "/plain.safetensors");
   ASSERT_EQ(plain.code, 0) << plain.out;
-  EXPECT_EQ(plain.out.find("data parallel:"), std::string::npos) << plain.out;
-  Outcome ddp = run("", args + " --set ddp=true --save " + dir.path() + "/ddp.safetensors");
+  EXPECT_TRUE(plain.json()["backend"].is_null()) << "no process group without DDP:\n" << plain.out;
+  Outcome ddp = run("", args + " --set ddp=true --json --save " + dir.path() + "/ddp.safetensors");
   ASSERT_EQ(ddp.code, 0) << ddp.out;
-  EXPECT_NE(ddp.out.find("data parallel: 1 rank (gloo), "), std::string::npos) << ddp.out;
+  EXPECT_EQ(ddp.json()["backend"], "gloo") << ddp.out;
+  EXPECT_EQ(ddp.json()["world_size"], 1) << ddp.out;
+  EXPECT_GT(ddp.json()["buckets"].get<int64_t>(), 1) << ddp.out;
   auto bytes = [&](const std::string& name) {
     std::ifstream in(dir.path() + "/" + name, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -23,7 +23,6 @@ testing::TrainOutcome run(const std::string& env) { return testing::run_train(en
 TEST(FaultGpu, AKilledRankStopsTheRunAndIsNamed) {
   REQUIRE_TWO_GPUS();
   testing::TrainOutcome o = run("VITDDP_FAULT=1:3:kill");
-  EXPECT_NE(o.code, 0) << o.out;
   EXPECT_EQ(o.code, 128 + 9) << o.out;  // the launcher exits with the root failure's code
   EXPECT_NE(o.out.find("launcher: rank 1 was killed by signal 9"), std::string::npos) << o.out;
   EXPECT_LT(o.seconds, 10 + 10) << o.out;

@@ -25,7 +25,8 @@ TEST(HostCopyTrainGpu, TheWeightsEqualNcclsAllReduce) {
     // Eagerly and replayed in a CUDA graph (Note [Replaying host copies]): the plain run's weights.
     const testing::FlagRuns runs =
         testing::expect_flags_keep_the_weights(kBase + " " + setting, "--set transport=host-copy", "vitddp_host_copy", 3);
-    EXPECT_NE(runs.eager.out.find("ranks (nccl+host-copy)"), std::string::npos) << runs.eager.out;
+    EXPECT_EQ(runs.eager.json()["backend"], "nccl+host-copy") << runs.eager.out;
+    EXPECT_EQ(runs.graphed.json()["backend"], "nccl+host-copy") << runs.graphed.out;
     // And with NCCL's peer-to-peer transport off, as on the servers the transport is for.
     testing::TempFolder dir("vitddp_host_copy_p2p_off");
     const std::string plain = (dir / "plain.safetensors").string(), no_p2p = (dir / "no_p2p.safetensors").string();

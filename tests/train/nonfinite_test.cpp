@@ -84,8 +84,11 @@ TEST(Nonfinite, SkipLeavesTheWeightsFinite) {
   std::string saved = (dir / "w.safetensors").string();
   auto [code, out] = run("VITDDP_FAULT=0:1:nan", kTiny + " --nonfinite skip --json --save " + saved);
   ASSERT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("step skipped"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"skipped_steps\":1"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << out;
+  EXPECT_NE(out.find("the update was not applied: step skipped"), std::string::npos) << out;
+  const nlohmann::json j = testing::json_line(out);
+  EXPECT_EQ(j["skipped_steps"], 1) << out;
+  EXPECT_EQ(j["losses"].size(), 4u) << out;  // the skipped step is reported like the others
   for (auto& [name, t] : read_safetensors(saved).tensors)
     for (double v : t.to_vector()) ASSERT_TRUE(std::isfinite(v)) << name;
   std::filesystem::remove_all(dir);
@@ -95,9 +98,14 @@ TEST(Nonfinite, EveryRankDecidesTheSame) {
   // A NaN on rank 1 reaches every rank through the all-reduce.
   auto [code, out] = run("VITDDP_FAULT=1:1:nan", "--procs 2 " + kTiny);
   EXPECT_EQ(code, 5) << out;
+  EXPECT_NE(out.find("step 2 (rank "), std::string::npos) << out;
   auto [skip_code, skip_out] = run("VITDDP_FAULT=1:1:nan", "--procs 2 --nonfinite skip --json " + kTiny);
   EXPECT_EQ(skip_code, 0) << skip_out;
-  EXPECT_NE(skip_out.find("\"skipped_steps\":1"), std::string::npos) << skip_out;
+  // Rank 0, whose own gradients were finite, skipped the step too.
+  EXPECT_NE(skip_out.find("step 2 (rank 0): non-finite gradient in "), std::string::npos) << skip_out;
+  const nlohmann::json j = testing::json_line(skip_out);
+  EXPECT_EQ(j["skipped_steps"], 1) << skip_out;
+  EXPECT_EQ(j["world_size"], 2) << skip_out;
 }
 
 TEST(Nonfinite, BadFlagValue) {

@@ -19,9 +19,10 @@ const std::string kArgs = "--set timeout=30 --model vit_tiny --data gpu --batch-
                           "--print-every 1 --json";
 
 // Runs both ranks at once, env_of(rank) giving a rank's variables and `name` its rendezvous
-// folder; both must finish. Returns rank 0's output.
+// folder; both must finish, as one run of 2 ranks over NCCL whose rank 0 took cuda:0 and
+// reported it (rank 1 reports nothing).
 template <typename EnvOf>
-std::string expect_two_ranks_train(const std::string& name, EnvOf&& env_of) {
+void expect_two_ranks_train(const std::string& name, EnvOf&& env_of) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vitddp_" + name + "_" +
                                                                               std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -33,16 +34,23 @@ std::string expect_two_ranks_train(const std::string& name, EnvOf&& env_of) {
   std::filesystem::remove_all(dir);
   EXPECT_EQ(out[0].code, 0) << out[0].out;
   EXPECT_EQ(out[1].code, 0) << out[1].out;
-  return out[0].out;
+  const nlohmann::json j = out[0].json();
+  EXPECT_EQ(j["world_size"], 2) << out[0].out;
+  EXPECT_EQ(j["device"], "cuda:0") << out[0].out;
+  ASSERT_TRUE(j["backend"].is_string()) << out[0].out;
+  EXPECT_EQ(j["backend"].get<std::string>().rfind("nccl", 0), 0u) << out[0].out;  // nccl or nccl+host-copy
+  EXPECT_EQ(j["losses"].size(), 3u) << out[0].out;
+  EXPECT_TRUE(out[1].json().is_null()) << "only rank 0 reports:\n" << out[1].out;
 }
 
 TEST(OutsideLauncherGpu, MpirunRanksTakeTheGpusOfTheirLocalRanks) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const std::string out = expect_two_ranks_train("mpirun", [](int r) {
+  // Rank 1 on cuda:0 too would make NCCL refuse the pair: both finishing is the evidence that it
+  // took cuda:1 (only rank 0 reports).
+  expect_two_ranks_train("mpirun", [](int r) {
     const std::string n = std::to_string(r);
     return "OMPI_COMM_WORLD_RANK=" + n + " OMPI_COMM_WORLD_LOCAL_RANK=" + n + " OMPI_COMM_WORLD_SIZE=2";
   });
-  EXPECT_NE(out.find("\"device\":\"cuda:0\""), std::string::npos) << out;
 }
 
 TEST(OutsideLauncherGpu, SrunRanksThatSeeOneGpuEachTakeIt) {

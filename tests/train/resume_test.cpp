@@ -100,9 +100,9 @@ TEST(Resume, KilledDuringASaveResumesFromThePreviousCheckpoint) {
   ASSERT_TRUE(k.killed) << k.out;
   EXPECT_TRUE(fs::exists(ckpt + "/step-000002/rank-1.json")) << k.out;
   EXPECT_FALSE(fs::exists(ckpt + "/step-000004/rank-0.json")) << "the step-4 save finished before the kill";
-  auto [c, out_c] = run(kRun + two + " --steps 8 --resume --checkpoint-dir " + ckpt + " --save " + resumed);
+  auto [c, out_c] = run(kRun + two + " --steps 8 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
   ASSERT_EQ(c, 0) << out_c;
-  EXPECT_NE(out_c.find("(step 2)"), std::string::npos) << out_c;
+  EXPECT_EQ(testing::json_line(out_c)["first_step"], 3) << out_c;  // resumed from the checkpoint of step 2
   EXPECT_EQ(weights(resumed), weights(straight)) << "resumed weights differ from the uninterrupted run";
 }
 
@@ -163,19 +163,41 @@ int stopped_after(const std::string& text) {
   return at == std::string::npos ? -1 : std::stoi(text.substr(at + marker.size()));
 }
 
+// The stopped run's JSON (printed on an early stop too): stopped early, after `done` steps, all
+// of them this run's.
+void expect_stopped_after(const std::string& text, int done) {
+  const nlohmann::json j = testing::json_line(text);
+  EXPECT_EQ(j["stopped_early"], true) << text;
+  EXPECT_EQ(j["first_step"], 1) << text;
+  EXPECT_EQ(j["steps"], done) << text;
+  EXPECT_EQ(j["losses"].size(), static_cast<size_t>(done)) << text;
+}
+
+// The run resumed from a stop after `done` steps with --steps done + 2: it starts at step
+// done + 1 (from the stop's checkpoint), trains two steps and finishes.
+void expect_resumed_two_steps_after(const std::string& out, int done) {
+  const nlohmann::json j = testing::json_line(out);
+  EXPECT_EQ(j["first_step"], done + 1) << out;
+  EXPECT_EQ(j["steps"], 2) << out;
+  EXPECT_EQ(j["losses"].size(), 2u) << out;
+  EXPECT_EQ(j["stopped_early"], false) << out;
+}
+
 TEST(Resume, SigintStopsAtAStepBoundaryAndSaves) {
   testing::TempFolder dir("vitddp_resume");
   const std::string ckpt = (dir / "ckpt").string();
   auto [status, text] = interrupt_after_step_3(
-      kRun + " --steps 100000 --print-every 1 --checkpoint-dir " + ckpt, (dir / "log").string());
+      kRun + " --steps 100000 --print-every 1 --json --checkpoint-dir " + ckpt, (dir / "log").string());
   EXPECT_EQ(status, 0) << text;
   EXPECT_NE(text.find("checkpoint: "), std::string::npos) << text;
-  // Continue for two more steps than were done.
   const int done = stopped_after(text);
   ASSERT_GT(done, 0) << text;
-  auto [code, out] = run(kRun + " --steps " + std::to_string(done + 2) + " --resume --checkpoint-dir " + ckpt);
+  expect_stopped_after(text, done);
+  // Continue for two more steps than were done: the resumed run trains exactly those two.
+  auto [code, out] =
+      run(kRun + " --steps " + std::to_string(done + 2) + " --resume --json --checkpoint-dir " + ckpt);
   EXPECT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  expect_resumed_two_steps_after(out, done);
 }
 
 // SIGINT at the launcher of 2 Gloo ranks: it forwards the signal, both ranks stop after the same
@@ -186,11 +208,13 @@ TEST(Resume, SigintAtTheLauncherStopsBothRanksAfterTheSameStep) {
   const std::string ckpt = (dir / "ckpt").string();
   const std::string ddp = " --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05";
   auto [status, text] = interrupt_after_step_3(
-      kRun + ddp + " --steps 100000 --print-every 1 --set timeout=30 --checkpoint-dir " + ckpt, (dir / "log").string());
+      kRun + ddp + " --steps 100000 --print-every 1 --set timeout=30 --json --checkpoint-dir " + ckpt,
+      (dir / "log").string());
   EXPECT_EQ(status, 0) << text;
   EXPECT_EQ(text.find("launcher: rank"), std::string::npos) << text;  // no rank failed
   const int done = stopped_after(text);
   ASSERT_GT(done, 0) << text;
+  expect_stopped_after(text, done);
   // Exactly one step folder, the stop step, whole for both ranks.
   std::vector<std::string> steps;
   for (const auto& entry : fs::directory_iterator(ckpt))
@@ -201,10 +225,9 @@ TEST(Resume, SigintAtTheLauncherStopsBothRanksAfterTheSameStep) {
   for (const char* file : {"rank-0.json", "rank-0.safetensors", "rank-1.json", "rank-1.safetensors"})
     EXPECT_TRUE(fs::exists(fs::path(ckpt) / expected / file)) << file << "\n" << text;
   auto [code, out] =
-      run(kRun + ddp + " --steps " + std::to_string(done + 2) + " --resume --checkpoint-dir " + ckpt);
+      run(kRun + ddp + " --steps " + std::to_string(done + 2) + " --resume --json --checkpoint-dir " + ckpt);
   EXPECT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
-  EXPECT_NE(out.find("(step " + std::to_string(done) + ")"), std::string::npos) << out;
+  expect_resumed_two_steps_after(out, done);
 }
 
 TEST(Resume, BadCheckpointFlags) {

@@ -16,7 +16,7 @@ TEST(Utilisation, PeaksByGpuName) {
 }
 
 TEST(Utilisation, AchievedRateAndMfu) {
-  // docs/performance.md's bf16 row: 2992 images/s on one H200 at 92.3 GFLOP per trained image.
+  // A bf16 row's rate on one H200: 2992 images/s at 92.3 GFLOP per trained image.
   Utilisation u = utilisation(2992.0, 92.3e9, "NVIDIA H200");
   EXPECT_NEAR(u.tflops_per_gpu, 276.2, 0.1);
   EXPECT_EQ(u.peak_tflops, 989.0);
