@@ -76,6 +76,46 @@ TrainOutcome resume_with_flags(const std::string& args, const std::string& flags
   return resumed;
 }
 
+TrainOutcome expect_resume_with_more_steps(const std::string& args, int first, int steps, const std::string& folder,
+                                           bool use_gpus) {
+  TempFolder dir(folder);
+  const std::string straight = (dir / "straight.safetensors").string();
+  const std::string resumed = (dir / "resumed.safetensors").string(), checkpoints = (dir / "ckpt").string();
+  const std::string n = std::to_string(steps), k = std::to_string(first);
+  const TrainOutcome a = run_train("", args + " --steps " + n + " --save " + straight, use_gpus, 300);
+  EXPECT_EQ(a.code, 0) << a.out;
+  const TrainOutcome b =
+      run_train("", args + " --steps " + k + " --checkpoint-dir " + checkpoints + " --checkpoint-every " + k, use_gpus,
+                300);
+  EXPECT_EQ(b.code, 0) << b.out;
+  TrainOutcome c = run_train(
+      "", args + " --steps " + n + " --resume --checkpoint-dir " + checkpoints + " --save " + resumed + " --json",
+      use_gpus, 300);
+  EXPECT_EQ(c.code, 0) << c.out;
+  if (a.code != 0 || b.code != 0 || c.code != 0) return c;
+  EXPECT_EQ(c.json()["first_step"], first + 1) << c.out;
+  EXPECT_EQ(c.out.find("warning: resuming"), std::string::npos) << "no setting changed:\n" << c.out;
+  EXPECT_GT(file_bytes(straight).size(), 10000u);
+  EXPECT_TRUE(file_bytes(straight) == file_bytes(resumed)) << "resumed weights differ from the uninterrupted run";
+  return c;
+}
+
+TrainOutcome expect_chosen_setting_keeps_the_weights(const std::string& env, const std::string& args,
+                                                     const std::string& key, const std::string& chosen,
+                                                     const std::string& pin, const std::string& folder) {
+  TempFolder dir(folder);
+  const std::string a_path = (dir / "chosen.safetensors").string(), b_path = (dir / "pinned.safetensors").string();
+  TrainOutcome a = run_train(env, args + " --json --save " + a_path, true, 300);
+  EXPECT_EQ(a.code, 0) << a.out;
+  const TrainOutcome b = run_train(env, args + " " + pin + " --json --save " + b_path, true, 300);
+  EXPECT_EQ(b.code, 0) << b.out;
+  if (a.code != 0 || b.code != 0) return a;
+  EXPECT_EQ(a.json()["config"][key], chosen) << a.out;
+  EXPECT_NE(b.json()["config"][key], chosen) << b.out;
+  EXPECT_EQ(worst_weight_difference(a_path, b_path), 0.0) << key;
+  return a;
+}
+
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus) {
   TempFolder dir(folder);
   const std::string straight = (dir / "straight.safetensors").string();

@@ -51,6 +51,21 @@ TrainOutcome resume_with_flags(const std::string& args, const std::string& flags
 // `use_gpus`: as run_train's.
 void expect_checkpoints_resume_exactly(const std::string& args, const std::string& folder, bool use_gpus = false);
 
+// Trains `args` for `steps` straight, and for `first` steps with a checkpoint there resumed with
+// --steps `steps`, in a temporary folder named `folder`: the resumed run must start at step
+// first + 1, warn of no changed setting, and save the straight run's weights byte for byte.
+// Returns the resumed run (with its --json line). `use_gpus`: as run_train's.
+TrainOutcome expect_resume_with_more_steps(const std::string& args, int first, int steps, const std::string& folder,
+                                           bool use_gpus = false);
+
+// Note [Chosen settings]: trains `args` (GPU runs, under the environment `env`) as the program
+// chooses, then with `pin` (the key as it would be otherwise), in a temporary folder named
+// `folder`: the first run's settings hold `key` = `chosen`, and both save the same weights.
+// Returns the first run.
+TrainOutcome expect_chosen_setting_keeps_the_weights(const std::string& env, const std::string& args,
+                                                     const std::string& key, const std::string& chosen,
+                                                     const std::string& pin, const std::string& folder);
+
 // Trains `args` plainly, with `flags` eagerly (--cuda-graph=false) and with `flags` plus
 // --cuda-graph (whose JSON must then count `replays` replayed steps), in a temporary folder named
 // `folder`: all three must finish and save the same weights. Returns the two runs with `flags`,

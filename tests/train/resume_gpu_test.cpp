@@ -15,6 +15,7 @@
 #include "common/ddp_harness.h"
 #include "common/gpu.h"
 #include "common/multiprocess.h"
+#include "common/run_checks.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
 
@@ -96,21 +97,9 @@ TEST(ResumeGpu, KilledDuringASaveResumesFromThePreviousCheckpoint) {
 // weights of one uninterrupted run of 8 steps, bit for bit.
 TEST(ResumeGpu, DefaultFlagsWithMoreStepsGiveTheUninterruptedWeights) {
   VITDDP_REQUIRE_GPU();
-  testing::TempFolder dir("vitddp_resume_gpu_defaults");
-  const std::string straight = (dir / "straight.safetensors").string();
-  const std::string resumed = (dir / "resumed.safetensors").string();
-  const std::string ckpt = (dir / "ckpt").string();
-  auto [a, out_a] = run("--gpus 1 --steps 8 --print-every 0 --save " + straight);
-  ASSERT_EQ(a, 0) << out_a;
-  auto [b, out_b] = run("--gpus 1 --steps 4 --print-every 0 --checkpoint-dir " + ckpt + " --checkpoint-every 4");
-  ASSERT_EQ(b, 0) << out_b;
-  auto [c, out_c] =
-      run("--gpus 1 --steps 8 --print-every 0 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
-  ASSERT_EQ(c, 0) << out_c;
-  const nlohmann::json j = testing::json_line(out_c);
-  EXPECT_EQ(j["first_step"], 5) << out_c;
-  EXPECT_TRUE(j["config"]["cuda-graph"].get<bool>()) << out_c;
-  EXPECT_TRUE(weights_match(straight, resumed, 0.0));
+  const testing::TrainOutcome c =
+      testing::expect_resume_with_more_steps("--gpus 1 --print-every 0", 4, 8, "vitddp_resume_gpu_defaults", true);
+  EXPECT_TRUE(c.json()["config"]["cuda-graph"].get<bool>()) << c.out;
 }
 
 TEST(ResumeGpu, OneGpuMatchesTheUninterruptedRun) {

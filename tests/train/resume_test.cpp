@@ -38,20 +38,7 @@ std::vector<std::vector<double>> weights(const std::string& file) {
 // synthetic dataset's size does not follow --steps, so neither do its images): the weights of
 // one uninterrupted run of 6 steps, byte for byte.
 TEST(Resume, DefaultFlagsWithMoreStepsGiveTheUninterruptedWeights) {
-  testing::TempFolder dir("vitddp_resume_defaults");
-  const std::string straight = (dir / "straight.safetensors").string();
-  const std::string resumed = (dir / "resumed.safetensors").string();
-  const std::string ckpt = (dir / "ckpt").string();
-  auto [a, out_a] = run("--steps 6 --save " + straight);
-  ASSERT_EQ(a, 0) << out_a;
-  auto [b, out_b] = run("--steps 3 --checkpoint-dir " + ckpt + " --checkpoint-every 3");
-  ASSERT_EQ(b, 0) << out_b;
-  auto [c, out_c] = run("--steps 6 --resume --checkpoint-dir " + ckpt + " --save " + resumed + " --json");
-  ASSERT_EQ(c, 0) << out_c;
-  EXPECT_EQ(testing::json_line(out_c)["first_step"], 4) << out_c;
-  EXPECT_EQ(out_c.find("warning: resuming"), std::string::npos) << "no setting changed:\n" << out_c;
-  EXPECT_GT(testing::file_bytes(straight).size(), 10000u);
-  EXPECT_TRUE(testing::file_bytes(straight) == testing::file_bytes(resumed));
+  testing::expect_resume_with_more_steps("", 3, 6, "vitddp_resume_defaults");
 }
 
 // A fixed dataset size: the sampler's order must not depend on --steps.

@@ -43,17 +43,11 @@ TEST(ShardedUpdateGpu, CheckpointsResumeExactlyInBf16) {
 // nothing says otherwise, with the plain update's weights.
 TEST(ShardedUpdateGpu, TheProgramChoosesItOverPeerAccessInBf16) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  testing::TempFolder dir("vitddp_shard_chosen");
-  const std::string chosen = (dir / "chosen.safetensors").string(), plain = (dir / "plain.safetensors").string();
-  const std::string args = "--gpus 2 --set timeout=60 --model vit_tiny --data gpu --batch-size 32 --print-every 0 "
-                           "--set gemm-autotune=false --steps 6 --momentum 0.9 --precision bf16 --bucket-mb 0.05 --json";
-  const testing::TrainOutcome a = testing::run_train("NCCL_P2P_DISABLE=0", args + " --save " + chosen, true, 300);
-  ASSERT_EQ(a.code, 0) << a.out;
-  EXPECT_EQ(a.json()["config"]["update"], "sharded") << a.out;
-  const testing::TrainOutcome b =
-      testing::run_train("NCCL_P2P_DISABLE=0", args + " --set update=after-backward --save " + plain, true, 300);
-  ASSERT_EQ(b.code, 0) << b.out;
-  EXPECT_EQ(testing::worst_weight_difference(chosen, plain), 0.0);
+  testing::expect_chosen_setting_keeps_the_weights(
+      "NCCL_P2P_DISABLE=0",
+      "--gpus 2 --set timeout=60 --model vit_tiny --data gpu --batch-size 32 --print-every 0 --set gemm-autotune=false "
+      "--steps 6 --momentum 0.9 --precision bf16 --bucket-mb 0.05",
+      "update", "sharded", "--set update=after-backward", "vitddp_shard_chosen");
 }
 
 TEST(ShardedUpdateGpu, ANanInAReplayStopsTheRunAtItsStep) {
