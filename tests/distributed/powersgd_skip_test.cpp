@@ -152,7 +152,7 @@ TEST(PowerSgdInPlace, MatchesTheStagedHookOnFiniteSteps) {
 
 // The trainer under --nonfinite stop: the run stops at the non-finite step before saving it, so
 // no checkpoint holds the state that step left (PowerSGD's, updated in place).
-TEST(PowerSgdInPlaceEndToEnd, NoCheckpointIsWrittenForTheNonFiniteStep) {
+TEST(PowerSgdInPlaceCli, NoCheckpointIsWrittenForTheNonFiniteStep) {
   testing::TempFolder dir("vitddp_psgd_stop_train");
   const std::string ckpt = dir.path() + "/ckpt";
   testing::TrainOutcome o = train_with_nan_in_step_3("stop", ckpt);
@@ -169,7 +169,7 @@ TEST(PowerSgdInPlaceEndToEnd, NoCheckpointIsWrittenForTheNonFiniteStep) {
 
 // The same through the trainer: checkpoints after every step; the one after the skipped step
 // holds the same PowerSGD state (and weights) as the one before it, on both ranks.
-TEST(PowerSgdSkipEndToEnd, CheckpointsBeforeAndAfterTheSkippedStepAreEqual) {
+TEST(PowerSgdSkipCli, CheckpointsBeforeAndAfterTheSkippedStepAreEqual) {
   testing::TempFolder dir("vitddp_psgd_skip_train");
   const std::string ckpt = dir.path() + "/ckpt";
   testing::TrainOutcome o = train_with_nan_in_step_3("skip", ckpt);

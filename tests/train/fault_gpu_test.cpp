@@ -20,7 +20,7 @@ const std::string kTwoGpus = "--gpus 2 --set timeout=10 --model vit_tiny --data 
 
 testing::TrainOutcome run(const std::string& env) { return testing::run_train(env, kTwoGpus, true, 120); }
 
-TEST(FaultGpu, AKilledRankStopsTheRunAndIsNamed) {
+TEST(DdpCliGpu, AKilledRankStopsTheRunAndIsNamed) {
   REQUIRE_TWO_GPUS();
   testing::TrainOutcome o = run("VITDDP_FAULT=1:3:kill");
   EXPECT_EQ(o.code, 128 + 9) << o.out;  // the launcher exits with the root failure's code
@@ -28,7 +28,7 @@ TEST(FaultGpu, AKilledRankStopsTheRunAndIsNamed) {
   EXPECT_LT(o.seconds, 10 + 10) << o.out;
 }
 
-TEST(FaultGpu, AHungRankTimesOutAndIsNamed) {
+TEST(DdpCliGpu, AHungRankTimesOutAndIsNamed) {
   REQUIRE_TWO_GPUS();
   testing::TrainOutcome o = run("VITDDP_FAULT=1:3:hang");
   EXPECT_EQ(o.code, 4) << o.out;

@@ -7,7 +7,7 @@
 namespace vitddp {
 namespace {
 
-TEST(CudaGraphSettings, ThePlainStepTheSixteenBitHooksOnSixteenBitBucketsAndPowerSgdCanBeReplayed) {
+TEST(CudaGraph, ThePlainStepTheSixteenBitHooksOnSixteenBitBucketsAndPowerSgdCanBeReplayed) {
   TrainConfig c;
   EXPECT_EQ(cuda_graph_unsupported(c, 3), "");
   c.precision = "bf16";
@@ -20,7 +20,7 @@ TEST(CudaGraphSettings, ThePlainStepTheSixteenBitHooksOnSixteenBitBucketsAndPowe
   EXPECT_EQ(cuda_graph_unsupported(c, 100), "");
 }
 
-TEST(CudaGraphSettings, EachSettingThatChangesTheStepIsNamed) {
+TEST(CudaGraph, EachSettingThatChangesTheStepIsNamed) {
   auto why = [](auto change) {
     TrainConfig c;
     change(c);

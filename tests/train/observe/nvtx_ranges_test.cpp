@@ -14,7 +14,7 @@
 namespace vitddp {
 namespace {
 
-TEST(TrainNvtx, StepForwardBackwardBucketsAndOptimizer) {
+TEST(NvtxCli, StepForwardBackwardBucketsAndOptimizer) {
 #ifndef VITDDP_NVTX_RECORDER
   GTEST_SKIP() << "built without nvtx3";
 #else
