@@ -2,18 +2,14 @@
 #include <cmath>
 
 #include "framework/core/error.h"
-#include "framework/optim/flat_buffers.h"
 #include "framework/optim/optimizer.h"
-#if VITDDP_WITH_CUDA
-#include "framework/cuda/optimizer.h"
-#endif
 
 namespace vitddp {
 namespace {
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(ParamArena& arena, const AdamWConfig& config) : arena_(arena), config_(config) {
+  AdamW(ParamArena& arena, const AdamWConfig& config) : Optimizer(arena), config_(config) {
     VITDDP_CHECK(config.lr >= 0, "adamw: learning rate must be >= 0, got ", config.lr);
     VITDDP_CHECK(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1,
                  "adamw: betas must be in [0, 1)");
@@ -24,18 +20,18 @@ class AdamW final : public Optimizer {
     exp_avg_sq_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
   }
   std::string name() const override { return "adamw"; }
-  NamedTensors state() const override { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
-
-  int64_t size() const override { return arena_.numel(); }
 
   // The step's constants, fixed for all of its ranges.
   void begin_step() override {
     if (!begin_counted_step()) return;
     const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_count_));
     const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_count_));
-    step_size_ = static_cast<float>(lr_ / bc1);
-    inv_sqrt_bc2_ = static_cast<float>(1.0 / std::sqrt(bc2));
-    decay_ = static_cast<float>(1.0 - lr_ * config_.weight_decay);
+    StepConstants c;
+    c.lr = static_cast<float>(lr_);
+    c.step_size = static_cast<float>(lr_ / bc1);
+    c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    c.decay = static_cast<float>(1.0 - lr_ * config_.weight_decay);
+    publish(c);
   }
 
   void update(int64_t begin, int64_t end) override {
@@ -45,31 +41,33 @@ class AdamW final : public Optimizer {
     float* v = exp_avg_sq_.data<float>();
     const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2),
                 eps = static_cast<float>(config_.eps);
-    const float step_size = step_size_, inv_sqrt_bc2 = inv_sqrt_bc2_, decay = decay_;
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::adamw_step(flat_buffers(arena_, device_skip_flag(), report_flag(), begin, end), m + begin, v + begin, decay,
-                       b1, b2, eps, step_size, inv_sqrt_bc2);
+      cuda::adamw_step(device_buffers(begin, end), m + begin, v + begin, b1, b2, eps);
       return;
 #endif
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "adamw: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(arena_.flat_grads().data_ptr());
     report_nonfinite_on_host(g, begin, end);
+    const StepConstants& c = constants();
+    const float scale = host_grad_scale();
     for (int64_t i = begin; i < end; ++i) {
-      p[i] *= decay;
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      const float gi = g[i] * scale;
+      p[i] *= host_decays(i) ? c.decay : 1.0f;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      p[i] -= c.step_size * m[i] / (std::sqrt(v[i]) * c.inv_sqrt_bc2 + eps);
     }
+    update_ema_on_host(begin, end);
   }
 
  private:
-  ParamArena& arena_;
+  NamedTensors own_state() const override { return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}}; }
+
   AdamWConfig config_;
   Tensor exp_avg_;     // (numel) f32
   Tensor exp_avg_sq_;  // (numel) f32
-  float step_size_ = 0, inv_sqrt_bc2_ = 1, decay_ = 1;  // this step's (begin_step)
 };
 
 }  // namespace

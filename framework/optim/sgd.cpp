@@ -1,18 +1,14 @@
 // SGD with momentum and weight decay over the arena's flat buffers: one loop on the CPU, one
 // fused launch on the GPU.
 #include "framework/core/error.h"
-#include "framework/optim/flat_buffers.h"
 #include "framework/optim/optimizer.h"
-#if VITDDP_WITH_CUDA
-#include "framework/cuda/optimizer.h"
-#endif
 
 namespace vitddp {
 namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(ParamArena& arena, const SgdConfig& config) : arena_(arena), config_(config) {
+  Sgd(ParamArena& arena, const SgdConfig& config) : Optimizer(arena), config_(config) {
     VITDDP_CHECK(config.lr >= 0, "sgd: learning rate must be >= 0, got ", config.lr);
     VITDDP_CHECK(config.momentum >= 0 && config.momentum < 1, "sgd: momentum must be in [0, 1), got ",
                  config.momentum);
@@ -22,36 +18,32 @@ class Sgd final : public Optimizer {
     if (config.momentum > 0) momentum_ = Tensor::zeros({arena.numel()}, DType::kF32, arena.device());
   }
   std::string name() const override { return "sgd"; }
-  NamedTensors state() const override {
-    if (!momentum_.defined()) return {};
-    return {{"momentum_buffer", momentum_}};
-  }
-
-  int64_t size() const override { return arena_.numel(); }
 
   // The learning rate of the step, fixed for all of its ranges.
   void begin_step() override {
-    if (begin_counted_step()) step_lr_ = static_cast<float>(lr_);
+    if (!begin_counted_step()) return;
+    StepConstants c;
+    c.lr = static_cast<float>(lr_);
+    publish(c);
   }
 
   void update(int64_t begin, int64_t end) override {
     if (!update_runs(begin, end)) return;
     float* p = arena_.flat_master().data<float>();  // (numel)
     float* buf = momentum_.defined() ? momentum_.data<float>() : nullptr;
-    const float lr = step_lr_, mu = static_cast<float>(config_.momentum),
-                wd = static_cast<float>(config_.weight_decay);
+    const float mu = static_cast<float>(config_.momentum), wd = static_cast<float>(config_.weight_decay);
     if (arena_.device().is_cuda()) {
 #if VITDDP_WITH_CUDA
-      cuda::sgd_step(flat_buffers(arena_, device_skip_flag(), report_flag(), begin, end), buf ? buf + begin : nullptr,
-                     lr, mu, wd);
+      cuda::sgd_step(device_buffers(begin, end), buf ? buf + begin : nullptr, mu, wd);
       return;
 #endif
     }
     VITDDP_CHECK(!arena_.mixed_precision(), "sgd: mixed precision needs a GPU");
     const float* g = static_cast<const float*>(arena_.flat_grads().data_ptr());
     report_nonfinite_on_host(g, begin, end);
+    const float lr = constants().lr, scale = host_grad_scale();
     for (int64_t i = begin; i < end; ++i) {
-      float d = g[i] + wd * p[i];
+      float d = g[i] * scale + (host_decays(i) ? wd : 0.0f) * p[i];
       if (buf) {
         // PyTorch seeds the buffer with the first gradient; a zero buffer times mu gives the same.
         buf[i] = mu * buf[i] + d;
@@ -59,13 +51,17 @@ class Sgd final : public Optimizer {
       }
       p[i] -= lr * d;
     }
+    update_ema_on_host(begin, end);
   }
 
  private:
-  ParamArena& arena_;
+  NamedTensors own_state() const override {
+    if (!momentum_.defined()) return {};
+    return {{"momentum_buffer", momentum_}};
+  }
+
   SgdConfig config_;
   Tensor momentum_;  // (numel) f32, only with momentum
-  float step_lr_ = 0;  // this step's (begin_step)
 };
 
 }  // namespace

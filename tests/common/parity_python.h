@@ -1,4 +1,4 @@
-// The python3 the torchvision parity tests run under (tests/models/torchvision_parity.py):
+// The python3 the parity tests run under (tests/python/*.py):
 // VITDDP_PYTHON is the first of -DVITDDP_PYTHON, /usr/bin/python3 and python3 on PATH that
 // imported numpy, torch and torchvision when CMake configured the build
 // (cmake/Dependencies.cmake), or empty when none did; then the parity tests skip.
@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #define VITDDP_REQUIRE_PARITY_PYTHON()                                                                        \
@@ -15,3 +16,21 @@
                       "(tried -DVITDDP_PYTHON, /usr/bin/python3, python3 on PATH); configure with "           \
                       "-DVITDDP_PYTHON=/path/to/python3 to run the torchvision parity tests";                 \
   } while (0)
+
+namespace vitddp::testing {
+
+// Runs tests/python/SCRIPT with `args` under VITDDP_PYTHON: "OK\n" or "FAILED\n", then its
+// output (stdout and stderr).
+inline std::string run_parity_script(const std::string& script, const std::string& args) {
+  const std::string cmd =
+      std::string(VITDDP_PYTHON) + " " + VITDDP_SOURCE_DIR + "/tests/python/" + script + " " + args + " 2>&1";
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return "FAILED\npopen failed: " + cmd;
+  char buf[512];
+  while (fgets(buf, sizeof buf, pipe)) out += buf;
+  const int status = pclose(pipe);
+  return (status == 0 ? "OK\n" : "FAILED\n") + out;
+}
+
+}  // namespace vitddp::testing

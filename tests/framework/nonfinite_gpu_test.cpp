@@ -76,6 +76,13 @@ TEST(NonfiniteGpu, TheUpdateReportsWhatTheScanFinds) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + optimizer + ", " + label);
         Tensor start = buffer_with(DType::kF32, n, {});  // the weights: finite
         Tensor flag = Tensor::zeros({1}, DType::kI64, grads.device());
+        StepConstants step;
+        step.lr = 0.1f;
+        step.step_size = 0.01f;
+        step.inv_sqrt_bc2 = 1.0f;
+        step.decay = 0.999f;
+        Tensor constants = Tensor::zeros({8}, DType::kF32, grads.device());
+        cuda::write_step_constants(reinterpret_cast<StepConstants*>(constants.data<float>()), step);
         // The update of elements [begin, end), reporting arena indices (Note [An update in ranges]).
         auto update_range = [&](Tensor master, int64_t* report, Tensor m, Tensor v, int64_t begin, int64_t end) {
           cuda::FlatBuffers b;
@@ -85,11 +92,11 @@ TEST(NonfiniteGpu, TheUpdateReportsWhatTheScanFinds) {
           b.n = end - begin;
           b.report_nonfinite = report;
           b.index_base = begin;
+          b.constants = reinterpret_cast<const StepConstants*>(constants.data<float>());
           if (std::string(optimizer) == "sgd")
-            cuda::sgd_step(b, m.data<float>() + begin, 0.1f, 0.9f, 0.01f);
+            cuda::sgd_step(b, m.data<float>() + begin, 0.9f, 0.01f);
           else
-            cuda::adamw_step(b, m.data<float>() + begin, v.data<float>() + begin, 0.999f, 0.9f, 0.999f, 1e-8f, 0.01f,
-                             1.0f);
+            cuda::adamw_step(b, m.data<float>() + begin, v.data<float>() + begin, 0.9f, 0.999f, 1e-8f);
         };
         // One pass, or three ranges in an order other than the arena's.
         auto update = [&](Tensor master, int64_t* report, bool in_ranges) {

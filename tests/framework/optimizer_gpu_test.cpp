@@ -12,6 +12,7 @@
 #include "common/test_utils.h"
 #include "framework/cuda/optimizer.h"
 #include "framework/nn/param_arena.h"
+#include "framework/optim/grad_clip.h"
 #include "framework/optim/optimizer.h"
 
 namespace vitddp {
@@ -19,24 +20,48 @@ namespace {
 
 using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(ParamArena&)>;
 
-// The weights after three steps on `device`, from the same start and gradients on every device.
-std::vector<double> after_three_steps(Device device, const MakeOptimizer& make) {
+// The weights (then the EMA, with `recipe`) after three steps on `device`, from the same start
+// and gradients on every device. `recipe`: decay on the matrix only, gradients clipped to a
+// norm below theirs, and a model EMA.
+std::vector<double> after_three_steps(Device device, const MakeOptimizer& make, bool recipe = false) {
   Generator gen(23);
   Tensor a = testing::random_tensor({17, 59}, gen, DType::kF32).set_requires_grad(true);
-  ParamArena arena({{"a", a}}, device);
+  Tensor bias = testing::random_tensor({59}, gen, DType::kF32).set_requires_grad(true);
+  ParamArena arena({{"a", a}, {"bias", bias}}, device);
   std::unique_ptr<Optimizer> opt = make(arena);
+  std::unique_ptr<GradNormClip> clip;
+  if (recipe) {
+    opt->set_weight_decay_mask({true, false});
+    clip = std::make_unique<GradNormClip>(arena, 2.0);  // the gradients' norm is about 18
+    opt->set_grad_clip(clip.get());
+    opt->enable_ema(0.9);
+  }
   for (int step = 0; step < 3; ++step) {
     a.grad().copy_(testing::random_tensor({17, 59}, gen, DType::kF32));
+    bias.grad().copy_(testing::random_tensor({59}, gen, DType::kF32));
     opt->step();
   }
-  return a.to(Device::cpu()).to_vector();
+  std::vector<double> out = a.to(Device::cpu()).to_vector();
+  for (double v : bias.to(Device::cpu()).to_vector()) out.push_back(v);
+  if (recipe) {
+    EXPECT_LT(clip->scale().to(Device::cpu()).item(), 0.5) << "the clip must bite";
+    for (double v : opt->ema().to(Device::cpu()).to_vector()) out.push_back(v);
+  }
+  return out;
 }
 
-void expect_same_updates(const MakeOptimizer& make) {
-  std::vector<double> cpu = after_three_steps(Device::cpu(), make);
-  std::vector<double> gpu = after_three_steps(Device::cuda(0), make);
+void expect_same_updates(const MakeOptimizer& make, bool recipe = false) {
+  std::vector<double> cpu = after_three_steps(Device::cpu(), make, recipe);
+  std::vector<double> gpu = after_three_steps(Device::cuda(0), make, recipe);
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-6 * (1 + std::abs(cpu[i]))) << i;
+}
+
+TEST(OptimizerGpu, ClipDecayMaskAndEmaMatchTheCpu) {
+  VITDDP_REQUIRE_GPU();
+  expect_same_updates([](ParamArena& arena) { return make_sgd(arena, SgdConfig{0.1, 0.9, 0.01}); }, true);
+  expect_same_updates([](ParamArena& arena) { return make_adamw(arena, AdamWConfig{0.01, 0.9, 0.999, 1e-8, 0.05}); },
+                      true);
 }
 
 TEST(OptimizerGpu, SgdWithMomentumAndWeightDecayMatchesTheCpu) {
@@ -54,6 +79,7 @@ constexpr int64_t kLength = 1003;
 
 struct DeviceBuffers {
   Tensor master, grads, params16, state_a, state_b;  // f32, bf16, bf16, f32, f32
+  Tensor constants = Tensor::zeros({8}, DType::kF32, Device::cuda(0));  // StepConstants
   explicit DeviceBuffers(Generator& gen) {
     auto make = [&](DType dtype, double low, double high) {
       return testing::random_tensor({kLength + 1}, gen, DType::kF32, low, high).to(dtype).to(Device::cuda(0));
@@ -68,8 +94,10 @@ struct DeviceBuffers {
   static std::vector<double> host(const Tensor& t, int64_t first) {
     return t.as_strided({kLength}, {1}, first).to(Device::cpu()).to(DType::kF32).to_vector();
   }
-  cuda::FlatBuffers flat(int64_t first) const {
+  cuda::FlatBuffers flat(int64_t first, const StepConstants& step) const {
+    cuda::write_step_constants(reinterpret_cast<StepConstants*>(constants.data<float>()), step);
     cuda::FlatBuffers b;
+    b.constants = reinterpret_cast<const StepConstants*>(constants.data<float>());
     b.master = master.data<float>() + first;
     b.grads = static_cast<const char*>(grads.data_ptr()) + 2 * first;
     b.grad_dtype = DType::kBF16;
@@ -99,7 +127,9 @@ TEST(OptimizerGpu, SgdKernelOnQuadsTailAndUnalignedBuffers) {
     const std::vector<double> g = DeviceBuffers::host(d.grads, first);
     const float lr = 0.1f, mu = 0.9f, wd = 0.01f;
     const std::vector<double> all_before = d.master.to(Device::cpu()).to_vector();
-    cuda::sgd_step(d.flat(first), d.state_a.data<float>() + first, lr, mu, wd);
+    StepConstants step;
+    step.lr = lr;
+    cuda::sgd_step(d.flat(first, step), d.state_a.data<float>() + first, mu, wd);
     for (int64_t i = 0; i < kLength; ++i) {
       const double step = mu * buf[i] + (g[i] + wd * w[i]);
       buf[i] = step;
@@ -128,8 +158,12 @@ TEST(OptimizerGpu, AdamWKernelOnQuadsTailAndUnalignedBuffers) {
     std::vector<double> v = DeviceBuffers::host(d.state_b, first);
     const std::vector<double> g = DeviceBuffers::host(d.grads, first);
     const float decay = 0.999f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, step_size = 0.01f, inv_sqrt_bc2 = 1.5f;
-    cuda::adamw_step(d.flat(first), d.state_a.data<float>() + first, d.state_b.data<float>() + first, decay, b1, b2,
-                     eps, step_size, inv_sqrt_bc2);
+    StepConstants step;
+    step.decay = decay;
+    step.step_size = step_size;
+    step.inv_sqrt_bc2 = inv_sqrt_bc2;
+    cuda::adamw_step(d.flat(first, step), d.state_a.data<float>() + first, d.state_b.data<float>() + first, b1, b2,
+                     eps);
     for (int64_t i = 0; i < kLength; ++i) {
       m[i] = b1 * m[i] + (1.0 - b1) * g[i];
       v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];

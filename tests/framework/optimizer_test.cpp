@@ -86,6 +86,30 @@ TEST(Optimizer, AdamWMatchesPytorch) {
   EXPECT_EQ(opt->step_count(), 3);
 }
 
+// Note [Weight decay by parameter]: a parameter the mask leaves out updates as without decay.
+TEST(Optimizer, WeightDecayMaskSkipsTheParametersItLeavesOut) {
+  for (const char* name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(name);
+    auto after_two_steps = [&](double wd, bool masked) {
+      Fixture f;
+      ParamArena arena(f.params, Device::cpu());
+      auto opt = std::string(name) == "sgd" ? make_sgd(arena, SgdConfig{0.1, 0.9, wd})
+                                            : make_adamw(arena, AdamWConfig{0.1, 0.9, 0.999, 1e-8, wd});
+      if (masked) opt->set_weight_decay_mask({true, false});  // a decays, b does not
+      for (int step = 0; step < 2; ++step) {
+        f.set_grads(step);
+        opt->step();
+      }
+      return f.values();
+    };
+    const std::vector<double> masked = after_two_steps(0.5, true), decayed = after_two_steps(0.5, false),
+                              plain = after_two_steps(0.0, false);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(masked[i], decayed[i]) << "a[" << i << "] decays";
+    for (int i = 6; i < 9; ++i) EXPECT_EQ(masked[i], plain[i]) << "b[" << i - 6 << "] does not";
+    for (int i = 0; i < 6; ++i) EXPECT_NE(decayed[i], plain[i]) << "the decay must show";
+  }
+}
+
 TEST(Optimizer, BadSettingsAreClearErrors) {
   Fixture f;
   ParamArena arena(f.params, Device::cpu());

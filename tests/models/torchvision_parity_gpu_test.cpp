@@ -50,17 +50,10 @@ TEST(TorchvisionParityGpu, VitL32Fp32LossAndEveryGradient) {
   std::string path = (std::filesystem::temp_directory_path() / "vitddp_parity_vit_l_32.safetensors").string();
   write_safetensors(path, dump, meta);
   dump.clear();
-  std::string cmd = std::string(VITDDP_PYTHON) + " " + VITDDP_SOURCE_DIR + "/tests/models/torchvision_parity.py " +
-                    path + " --rtol 1e-4 --device cuda 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, pipe)) out += buf;
-  int status = pclose(pipe);
+  const std::string out = testing::run_parity_script("torchvision_parity.py", path + " --rtol 1e-4 --device cuda");
   std::filesystem::remove(path);
   std::cout << out;
-  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(out.rfind("OK\n", 0), 0u) << out;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Golden test: the project's ViT against torchvision's on the same weights and batch, in f32
-// (the comparison runs in tests/models/torchvision_parity.py under a python3 with numpy, torch
+// (the comparison runs in tests/python/torchvision_parity.py under a python3 with numpy, torch
 // and torchvision, found at configure time; without one the parity tests skip).
 #include <gtest/gtest.h>
 
@@ -23,16 +23,6 @@ void randomise(VisionTransformer& model, Generator& gen) {
     bool is_norm_scale = name.find(".ln") != std::string::npos && name.rfind(".weight") == name.size() - 7;
     fill_uniform(p, gen, is_norm_scale ? 0.8 : -0.2, is_norm_scale ? 1.2 : 0.2);
   }
-}
-
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (!pipe) return "popen failed";
-  char buf[512];
-  while (fgets(buf, sizeof buf, pipe)) out += buf;
-  int status = pclose(pipe);
-  return (status == 0 ? "OK\n" : "FAILED\n") + out;
 }
 
 void check_against_torchvision(const VitConfig& config, int64_t batch, const std::string& tag) {
@@ -63,8 +53,7 @@ void check_against_torchvision(const VitConfig& config, int64_t batch, const std
                                           {"num_classes", std::to_string(config.num_classes)}};
   std::string path = (std::filesystem::temp_directory_path() / ("vitddp_parity_" + tag + ".safetensors")).string();
   write_safetensors(path, dump, meta);
-  std::string out = run_command(std::string(VITDDP_PYTHON) + " " + VITDDP_SOURCE_DIR +
-                                "/tests/models/torchvision_parity.py " + path + " --rtol 1e-5");
+  std::string out = testing::run_parity_script("torchvision_parity.py", path + " --rtol 1e-5");
   EXPECT_EQ(out.rfind("OK\n", 0), 0u) << out;
   std::cout << out;
   std::filesystem::remove(path);

@@ -8,39 +8,16 @@ parameter as "param.<torchvision name>", its gradient as "grad.<name>", the batc
 and "labels", the loss as "loss", and the model dims in the metadata. This script builds the
 same torchvision model, loads the parameters by name (strict: every name and shape must
 match), recomputes loss and gradients in float32 and compares them, norm-wise relative.
-Exit status 0 when everything matches, 1 otherwise. Reads safetensors with json + numpy only.
+Exit status 0 when everything matches, 1 otherwise.
 """
 import argparse
-import json
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torchvision.models.vision_transformer import VisionTransformer
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    base = 8 + n
-    tensors = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        arr = np.frombuffer(blob[base + begin:base + end], dtype=DTYPES[info["dtype"]])
-        tensors[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
-    return tensors, meta
-
-
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / max(float(b.double().norm()), 1e-30))
-
+from safetensors_io import read_safetensors, rel
 
 def main():
     p = argparse.ArgumentParser()
