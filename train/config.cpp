@@ -44,15 +44,34 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"dropout", &c.dropout, G::kModel, "dropout probability in the encoder (torchvision's default 0)"},
       {"init-from", &c.init_from, G::kModel, "load weights by torchvision name from a safetensors file"},
       // data
-      {"data", &c.data, G::kData, "synthetic (random images), learnable (class patterns + noise), gpu (made on the "
-                                  "GPU, no loader) or a .safetensors file of images and labels"},
+      {"data", &c.data, G::kData, "a folder of class folders of JPEG/PNG images (ImageFolder), tar shards of "
+                                  "NAME.jpg + NAME.cls (WebDataset: a folder, or DIR/train-{000..127}.tar), a "
+                                  ".safetensors file of images and labels, or synthetic, learnable (class patterns "
+                                  "+ noise), gpu (made on the GPU)"},
       {"batch-size", &c.batch_size, G::kData, "images per step per GPU (or per CPU process)"},
+      {"eval-data", &c.eval_data, G::kData, "held-out images, as --data: loss, top-1 and top-5 over every one of "
+                                            "them, at --eval-every and at the end"},
+      {"eval-every", &c.eval_every, G::kData, "steps between evaluations (0: only at the end)"},
       // optimisation
       {"steps", &c.steps, G::kOptimisation, "optimizer steps in all (the first few are left out of the timing)"},
       {"optimizer", &c.optimizer, G::kOptimisation, "sgd or adamw"},
       {"lr", &c.lr, G::kOptimisation, "learning rate"},
       {"momentum", &c.momentum, G::kOptimisation, "SGD momentum"},
-      {"weight-decay", &c.weight_decay, G::kOptimisation, "weight decay (decoupled for adamw)"},
+      {"weight-decay", &c.weight_decay, G::kOptimisation, "weight decay (decoupled for adamw); not on 1-D "
+                                                          "parameters, the class token or the position embedding"},
+      {"lr-schedule", &c.lr_schedule, G::kOptimisation, "constant, cosine (to 0 at the last step) or step (x0.1 "
+                                                        "every third of the steps), per step"},
+      {"warmup-steps", &c.warmup_steps, G::kOptimisation, "linear learning-rate warm-up steps before the schedule"},
+      {"label-smoothing", &c.label_smoothing, G::kOptimisation, "label smoothing of the loss (torchvision's ViT "
+                                                                "recipe: 0.11)"},
+      {"clip-grad-norm", &c.clip_grad_norm, G::kOptimisation, "clip the global gradient norm to this, after the "
+                                                              "all-reduce (0: off)"},
+      {"model-ema", &c.model_ema, G::kOptimisation, "keep an exponential moving average of the weights with this "
+                                                    "decay per step (0: off); evaluation uses it, --save writes it "
+                                                    "beside the weights (NAME.ema.safetensors)"},
+      {"mixup-alpha", &c.mixup_alpha, G::kOptimisation, "Mixup of each batch with Beta(alpha, alpha) weights (0: off)"},
+      {"cutmix-alpha", &c.cutmix_alpha, G::kOptimisation, "CutMix of each batch (0: off; with Mixup, one of the two "
+                                                          "per batch)"},
       {"seed", &c.seed, G::kOptimisation, "seed for weights, data and dropout"},
       {"precision", &c.precision, G::kOptimisation, "fp32, tf32 or bf16 (bf16: mixed precision, f32 master weights)"},
       {"accumulate", &c.accumulate, G::kOptimisation, "micro-batches per optimizer step; only the last communicates"},
@@ -65,10 +84,6 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"powersgd-rank", &c.powersgd_rank, G::kDataParallel, "PowerSGD's matrix approximation rank"},
       {"powersgd-start-iter", &c.powersgd_start_iter, G::kDataParallel,
        "steps of plain all-reduce before PowerSGD compresses"},
-      {"grad-as-bucket-view", &c.grad_as_bucket_view, G::kDataParallel,
-       "gradients are views into the buckets, no copies (=false copies, as PyTorch's default)"},
-      {"static-graph", &c.static_graph, G::kDataParallel,
-       "accepted for parity with PyTorch DDP: the reducer never walks the graph, so it changes nothing"},
       {"find-unused-parameters", &c.find_unused_parameters, G::kDataParallel,
        "all-reduce zero gradients of parameters the loss did not use"},
       // speed
@@ -145,6 +160,19 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"gemm-cache-dir", &c.gemm_cache_dir, G::kExpert,
        "folder of gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
       {"checkpoint-keep", &c.checkpoint_keep, G::kExpert, "whole checkpoints to keep"},
+      {"grad-as-bucket-view", &c.grad_as_bucket_view, G::kExpert,
+       "gradients are views into the buckets, no copies (false copies, as PyTorch's default)"},
+      {"static-graph", &c.static_graph, G::kExpert,
+       "accepted for parity with PyTorch DDP: the reducer never walks the graph, so it changes nothing"},
+      {"weight-decay-all", &c.weight_decay_all, G::kExpert,
+       "weight decay on every parameter, as torchvision's default (changes the weights; default: timm's, none on "
+       "1-D parameters, the class token and the position embedding)"},
+      {"warmup-decay", &c.warmup_decay, G::kExpert, "the warm-up's first rate as a share of --lr (torchvision's "
+                                                    "lr-warmup-decay; its ViT recipe: 0.033)"},
+      {"min-lr", &c.min_lr, G::kExpert, "the cosine schedule's last rate (torchvision's lr-min)"},
+      {"lr-step-size", &c.lr_step_size, G::kExpert, "--lr-schedule step: steps between decays (0: a third of the "
+                                                    "steps after warm-up)"},
+      {"lr-gamma", &c.lr_gamma, G::kExpert, "--lr-schedule step: the factor of each decay"},
   };
 }
 
@@ -375,6 +403,13 @@ std::string expert_help() {
   return out.str();
 }
 
+std::string ema_file_for(const std::string& save) {
+  const std::string ext = ".safetensors";
+  if (save.size() > ext.size() && save.compare(save.size() - ext.size(), ext.size(), ext) == 0)
+    return save.substr(0, save.size() - ext.size()) + ".ema" + ext;
+  return save + ".ema";
+}
+
 void check_timeout_flag(double seconds, const char* name) {
   // A millisecond at least (collectives are timed in ms), and no deadline past the clock's range.
   VITDDP_CHECK(seconds >= 0.001 && seconds <= 1e7, name, " must be in [0.001, 1e7] seconds, got ", seconds);
@@ -438,6 +473,29 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got ", momentum);
   VITDDP_CHECK(weight_decay >= 0, "--weight-decay must be >= 0, got ", weight_decay);
   VITDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got ", dropout);
+  VITDDP_CHECK(lr_schedule == "constant" || lr_schedule == "cosine" || lr_schedule == "step",
+               "--lr-schedule must be constant, cosine or step, got '", lr_schedule, "'");
+  VITDDP_CHECK(warmup_steps >= 0 && warmup_steps < steps, "--warmup-steps must be in [0, --steps ", steps, "), got ",
+               warmup_steps);
+  VITDDP_CHECK(warmup_decay > 0 && warmup_decay <= 1, "warmup-decay must be in (0, 1], got ", warmup_decay);
+  VITDDP_CHECK(min_lr >= 0 && min_lr <= lr, "min-lr must be in [0, --lr ", lr, "], got ", min_lr);
+  VITDDP_CHECK(lr_step_size >= 0, "lr-step-size must be >= 0, got ", lr_step_size);
+  VITDDP_CHECK(lr_gamma > 0 && lr_gamma <= 1, "lr-gamma must be in (0, 1], got ", lr_gamma);
+  VITDDP_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label-smoothing must be in [0, 1), got ",
+               label_smoothing);
+  VITDDP_CHECK(clip_grad_norm >= 0 && std::isfinite(clip_grad_norm), "--clip-grad-norm must be >= 0 (0: off), got ",
+               clip_grad_norm);
+  VITDDP_CHECK(model_ema == 0 || (model_ema > 0 && model_ema < 1), "--model-ema must be 0 (off) or a decay in (0, 1), "
+               "got ", model_ema);
+  VITDDP_CHECK(mixup_alpha >= 0 && mixup_alpha <= 1000, "--mixup-alpha must be in [0, 1000] (0: off), got ",
+               mixup_alpha);
+  VITDDP_CHECK(cutmix_alpha >= 0 && cutmix_alpha <= 1000, "--cutmix-alpha must be in [0, 1000] (0: off), got ",
+               cutmix_alpha);
+  VITDDP_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
+  VITDDP_CHECK(eval_every == 0 || !eval_data.empty(), "--eval-every needs --eval-data");
+  VITDDP_CHECK(!(clip_grad_norm > 0 && update == "next-forward"), "--clip-grad-norm needs every gradient reduced "
+               "before any update; update next-forward updates each bucket at the next forward: use after-backward "
+               "or sharded");
   VITDDP_CHECK(precision == "fp32" || precision == "tf32" || precision == "bf16", "unknown precision '", precision,
                "' (fp32, tf32, bf16)");
   VITDDP_CHECK(update == "after-backward" || update == "next-forward" || update == "sharded",
@@ -458,7 +516,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(update != "sharded" || hook == "allreduce", "update sharded reduce-scatters each bucket in place: it "
                "takes --hook allreduce, not --hook ", hook);
   VITDDP_CHECK(update != "sharded" || grad_as_bucket_view, "update sharded updates each bucket's part of the gradient "
-               "buffer in place: it needs --grad-as-bucket-view");
+               "buffer in place: it needs grad-as-bucket-view (on by default)");
   VITDDP_CHECK(!(update == "sharded" && transport == "host-copy"), "update sharded reduce-scatters and all-gathers "
                "through NCCL; transport host-copy carries all-reduces only: choose one");
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);

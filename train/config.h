@@ -37,7 +37,9 @@ struct TrainConfig {
   double dropout = 0.0;
   std::string init_from;        // safetensors with torchvision names
   // data
-  std::string data = "synthetic";  // synthetic | learnable | gpu | PATH.safetensors
+  std::string data = "synthetic";  // synthetic | learnable | gpu | PATH.safetensors | image folder | tar shards
+  std::string eval_data;           // held-out images, as --data ("": no evaluation)
+  int64_t eval_every = 0;          // steps between evaluations (0: only at the end)
   int64_t dataset_size = kDefaultDatasetSize;  // expert: samples of the synthetic datasets
   int workers = 4;                 // expert: loader threads (chosen from the CPUs unless given)
   int64_t batch_size = 32;
@@ -48,6 +50,18 @@ struct TrainConfig {
   double lr = 1e-3;
   double momentum = 0.0;
   double weight_decay = 0.0;
+  bool weight_decay_all = false;   // expert: decay every parameter (torchvision); else timm's skips
+  std::string lr_schedule = "constant";  // constant | cosine | step (framework/optim/lr_schedule.h)
+  int64_t warmup_steps = 0;        // linear warm-up steps
+  double warmup_decay = 0.01;      // expert: the warm-up's first rate over --lr (torchvision's lr-warmup-decay)
+  double min_lr = 0.0;             // expert: cosine's last rate
+  int64_t lr_step_size = 0;        // expert: step: steps between decays (0: a third of the steps after warm-up)
+  double lr_gamma = 0.1;           // expert: step: the factor of each decay
+  double label_smoothing = 0.0;
+  double clip_grad_norm = 0.0;     // 0: no clipping
+  double model_ema = 0.0;          // 0: no EMA; else its decay per step
+  double mixup_alpha = 0.0;        // 0: no Mixup
+  double cutmix_alpha = 0.0;       // 0: no CutMix
   uint64_t seed = 0;
   std::string precision = "fp32";  // fp32 | tf32 | bf16
   int64_t accumulate = 1;          // micro-batches per step (all but the last skip communication)
@@ -57,8 +71,8 @@ struct TrainConfig {
   std::string hook = "allreduce";  // allreduce | fp16 | bf16 | powersgd
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_iter = 2;  // steps of plain all-reduce before compressing
-  bool grad_as_bucket_view = true;
-  bool static_graph = false;
+  bool grad_as_bucket_view = true;    // expert
+  bool static_graph = false;          // expert: accepted, changes nothing
   bool find_unused_parameters = false;
   // data parallelism, expert
   double first_bucket_mb = 1.0;
@@ -117,6 +131,9 @@ void apply_setting(const std::string& key_value, TrainConfig* config);
 bool is_public_flag(const std::string& key);
 // The `--help-expert` text: every expert key, its default and its one-line effect.
 std::string expert_help();
+
+// Where --save FILE puts the weights' EMA (--model-ema): FILE with ".ema" before ".safetensors".
+std::string ema_file_for(const std::string& save);
 
 // Limits train's flags share with the bench subcommands' (one line naming the flag, exit 2).
 void check_timeout_flag(double seconds, const char* name = "timeout");  // [0.001, 1e7] seconds

@@ -51,6 +51,39 @@ void check_data_parallel_settings(const TrainConfig& c, bool data_parallel, cons
 
 size_t mb_bytes(double mb) { return static_cast<size_t>(mb * (1 << 20)); }
 
+LrScheduleConfig schedule_config(const TrainConfig& c) {
+  LrScheduleConfig s;
+  s.kind = c.lr_schedule;
+  s.base_lr = c.lr;
+  s.total_steps = c.steps;
+  s.warmup_steps = c.warmup_steps;
+  s.warmup_decay = c.warmup_decay;
+  s.min_lr = c.min_lr;
+  s.step_size = c.lr_step_size;
+  s.gamma = c.lr_gamma;
+  return s;
+}
+
+// The optimizer with the recipe's decay mask, clip and EMA (before DDP: sharded updates gather
+// every state tensor, the EMA's among them).
+void set_up_optimizer(TrainingRun& run) {
+  const TrainConfig& c = run.config;
+  run.optimizer = c.optimizer == "sgd" ? make_sgd(*run.arena, SgdConfig{c.lr, c.momentum, c.weight_decay})
+                                       : make_adamw(*run.arena, AdamWConfig{c.lr, 0.9, 0.999, 1e-8, c.weight_decay});
+  run.schedule = std::make_unique<LrSchedule>(schedule_config(c));
+  if (c.weight_decay > 0 && !c.weight_decay_all) {  // Note [Weight decay by parameter]
+    std::vector<bool> decays;
+    for (const auto& [name, p] : run.arena->named_params())
+      decays.push_back(VisionTransformer::decays_by_default(name, p.shape()));
+    run.optimizer->set_weight_decay_mask(decays);
+  }
+  if (c.clip_grad_norm > 0) {
+    run.clip = std::make_unique<GradNormClip>(*run.arena, c.clip_grad_norm);
+    run.optimizer->set_grad_clip(run.clip.get());
+  }
+  if (c.model_ema > 0) run.optimizer->enable_ema(c.model_ema);
+}
+
 }  // namespace
 
 DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
@@ -108,8 +141,7 @@ TrainingRun set_up_run(const TrainConfig& user_config, const RankEnvironment& en
   if (!c.init_from.empty()) load_named_tensors(read_safetensors(c.init_from), params, c.init_from);
   run.compute_dtype = c.precision == "bf16" ? DType::kBF16 : DType::kF32;
   run.arena = std::make_unique<ParamArena>(params, run.device, run.compute_dtype);
-  run.optimizer = c.optimizer == "sgd" ? make_sgd(*run.arena, SgdConfig{c.lr, c.momentum, c.weight_decay})
-                                       : make_adamw(*run.arena, AdamWConfig{c.lr, 0.9, 0.999, 1e-8, c.weight_decay});
+  set_up_optimizer(run);
   run.nonfinite = std::make_unique<NonfiniteCheck>(*run.arena);
   run.scan_in_update = c.nonfinite == "stop";
   if (run.scan_in_update)

@@ -15,6 +15,8 @@
 #include "distributed/ddp.h"
 #include "distributed/launcher.h"
 #include "framework/nn/param_arena.h"
+#include "framework/optim/grad_clip.h"
+#include "framework/optim/lr_schedule.h"
 #include "framework/optim/nonfinite.h"
 #include "framework/optim/optimizer.h"
 #include "models/vit/vit.h"
@@ -35,7 +37,9 @@ struct TrainingRun {
   DType compute_dtype = DType::kF32;    // bf16: mixed precision with f32 master weights in the arena
   std::unique_ptr<VisionTransformer> model;
   std::unique_ptr<ParamArena> arena;
-  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Optimizer> optimizer;  // with the decay mask, the clip and the EMA the recipe asks for
+  std::unique_ptr<LrSchedule> schedule;  // every step's learning rate
+  std::unique_ptr<GradNormClip> clip;    // --clip-grad-norm; null without
   std::unique_ptr<NonfiniteCheck> nonfinite;
   // Note [The non-finite scan in the update] (framework/optim/optimizer.h): under --nonfinite
   // stop the update's own pass finds a bad step; under skip a scan runs before the update.

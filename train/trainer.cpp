@@ -193,6 +193,9 @@ RunResult Trainer::train() {
 // One optimizer step (`step`: its index, -1 for --op-breakdown's extra ones): `accumulate`
 // micro-batches, of which only the last communicates, then the update.
 Tensor Trainer::train_step(int64_t step) {
+  // The schedule's rate, fixed at the step's begin_step (the extra steps of --op-breakdown keep
+  // the last step's).
+  run_.optimizer->set_lr(run_.schedule->at(step >= 0 ? step : total_ - 1));
   run_.arena->mark_grads_stale();  // not zeroed: overwritten by the first gradient (Note [Gradients in place])
   step_images_ = 0;
   poison_loss_ = step >= 0 && observers_.poisons_loss(step);
@@ -223,7 +226,8 @@ Tensor Trainer::forward_backward(const Tensor& images, const Tensor& labels, boo
   {
     auto phase = observers_.phase(Phase::kForward);
     Tensor logits = run_.model->forward(images.to(run_.compute_dtype));
-    loss = cross_entropy(cast(logits, DType::kF32), labels);  // in f32 whatever the compute dtype, as autocast
+    // In f32 whatever the compute dtype, as autocast; `labels` are soft targets under Mixup/CutMix.
+    loss = cross_entropy(cast(logits, DType::kF32), labels, config_.label_smoothing);
   }
   if (config_.accumulate > 1) loss = scale(loss, 1.0 / static_cast<double>(config_.accumulate));
   if (loss_factor.defined())
@@ -340,7 +344,7 @@ void Trainer::say_what_runs() {
   out_ << "training " << run_.model_config.name << " (" << result_.parameters << " parameters) on " << run_.device_name
        << ", batch " << config_.batch_size << ", " << config_.precision << ", " << total_ - run_.start_step << " steps"
        << (run_.start_step > 0 ? " (from step " + std::to_string(run_.start_step + 1) + ")" : std::string()) << ", "
-       << run_.optimizer->name() << " lr " << config_.lr << ", data " << config_.data << "\n"
+       << run_.optimizer->name() << " lr " << run_.schedule->describe() << ", data " << config_.data << "\n"
        << std::flush;
 }
 
@@ -374,6 +378,7 @@ RunResult Trainer::finish(int64_t stopped_after) {
     ddp_->gather_state();
   }
   result_.first_step = run_.start_step + 1;
+  if (run_.clip) result_.grad_norm = run_.clip->norm().to(Device::cpu()).item();
   if (stopped_after >= 0) {
     out_ << "stopped by signal " << stop_signal() << " after step " << stopped_after + 1
          << (config_.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)" : "")
@@ -386,6 +391,11 @@ RunResult Trainer::finish(int64_t stopped_after) {
     if (ddp_) ddp_->group().check_health();  // the last step's collectives are done: none failed
     write_safetensors(config_.save, run_.arena->master_views());
     out_ << "saved weights to " << config_.save << "\n";
+    if (const Tensor ema = run_.optimizer->ema(); ema.defined()) {
+      const std::string path = ema_file_for(config_.save);
+      write_safetensors(path, run_.arena->views_of(ema.to(Device::cpu())));
+      out_ << "saved the weights' EMA to " << path << "\n";
+    }
   }
 
   // --- the run is over; everything after this is diagnostics ---

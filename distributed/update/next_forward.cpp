@@ -19,6 +19,9 @@ namespace vitddp {
 NextForwardUpdate::NextForwardUpdate(Reducer& reducer, Optimizer& optimizer, const ParamArena& arena, Module& model,
                                      Tensor report)
     : reducer_(reducer), optimizer_(optimizer), model_(model), report_(std::move(report)) {
+  // A clip scales every update by the norm of all the gradients: no bucket could go first.
+  VITDDP_CHECK(!optimizer.grad_clip(), "update next-forward cannot clip the gradient norm: each bucket is updated "
+               "before the others are reduced (use after-backward or sharded)");
   if (report_.defined()) done_report_ = report_.clone();
   for (size_t i = 0; i < arena.size(); ++i) param_at_[arena.named_params()[i].second.data_ptr()] = i;
   model_.set_forward_pre_hook([this](const Module& module) { before_forward(module); });

@@ -3,6 +3,7 @@
 #include "distributed/update/bucket_shard.h"
 #include "framework/core/error.h"
 #include "framework/core/nvtx.h"
+#include "framework/optim/grad_clip.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/stream.h"
 #endif
@@ -32,6 +33,13 @@ namespace vitddp {
 // distributed/nccl/pg_nccl.cpp), which the next launch does anyway. Under a CUDA graph the updates
 // are captured with the step, so SGD's constants must not change from step to step (AdamW's bias
 // corrections do: no graph).
+
+// Note [Clipping sharded updates]
+// A clipped update needs the norm of the whole averaged gradient before any part is updated, so
+// with a GradNormClip the buckets are not updated beside backward: once all are reduced, each
+// rank sums the squares of its own parts (the all-reduced remainders counted by rank 0 only),
+// the sums are all-reduced, and every part is updated with the one scale. The same norm as the
+// plain update's, up to the order of the additions.
 struct ShardedUpdate::Streams {
 #if VITDDP_WITH_CUDA
   cuda::Stream update;
@@ -73,7 +81,7 @@ ShardedUpdate::~ShardedUpdate() { reducer_.set_launch_listener(nullptr); }
 
 std::pair<int64_t, int64_t> ShardedUpdate::range_of(size_t bucket) const {
   VITDDP_CHECK(reducer_.buckets()[bucket].is_view, "ShardedUpdate: bucket ", bucket,
-               " is not a view of the gradient buffer (update sharded needs --grad-as-bucket-view)");
+               " is not a view of the gradient buffer (update sharded needs grad-as-bucket-view)");
   return reducer_.flat_ranges(bucket).front();
 }
 
@@ -93,7 +101,7 @@ void ShardedUpdate::begin_step() {
 }
 
 void ShardedUpdate::launched(size_t bucket) {
-  if (!stepping_ || !scatters()) return;
+  if (!stepping_ || !scatters() || optimizer_.grad_clip()) return;  // Note [Clipping sharded updates]
   if (lagging_) {
     update(*lagging_);
     ++(finishing_ ? issued_after_backward_ : issued_in_backward_);
@@ -116,6 +124,7 @@ void ShardedUpdate::after_backward(bool sync) {
   if (!scatters()) {  // this step may rebuild the buckets: the plain order
     stepping_ = false;
     reducer_.finalize();
+    if (GradNormClip* clip = optimizer_.grad_clip()) clip->measure_all();
     optimizer_.update(0, optimizer_.size());
     issued_after_backward_ += reducer_.buckets().size();
     return;
@@ -129,6 +138,7 @@ void ShardedUpdate::after_backward(bool sync) {
     throw;
   }
   finishing_ = stepping_ = false;
+  if (optimizer_.grad_clip()) clip_and_update_all();
   if (lagging_) {
     update(*lagging_);
     ++issued_after_backward_;
@@ -173,6 +183,31 @@ void ShardedUpdate::update(size_t bucket) {
   if (shard.has_rest()) optimizer_.update(begin + shard.rest_begin, end);
   if (std::shared_ptr<Work> work = gather(arena_.flat_params(), bucket)) gathers_.push_back(std::move(work));
   ++sharded_updates_;
+}
+
+void ShardedUpdate::clip_and_update_all() {
+  GradNormClip& clip = *optimizer_.grad_clip();
+  {
+#if VITDDP_WITH_CUDA
+    std::optional<cuda::StreamGuard> on_update;
+    if (streams_) on_update.emplace(streams_->update.get());
+#endif
+    clip.begin();
+    for (size_t b = 0; b < reducer_.buckets().size(); ++b) {
+      reducer_.wait_bucket(b);
+      const auto [begin, end] = range_of(b);
+      const BucketShard shard = bucket_shard(end - begin, group_.size());
+      const int64_t own = begin + shard.own_begin(group_.rank());
+      clip.add_squares(own, own + shard.part);
+      if (shard.has_rest() && group_.rank() == 0) clip.add_squares(begin + shard.rest_begin, end);
+    }
+    group_.allreduce(clip.sum_of_squares(), ReduceOp::kSum)->wait();
+    clip.finish();
+  }
+  for (size_t b = 0; b < reducer_.buckets().size(); ++b) {
+    update(b);
+    ++issued_after_backward_;
+  }
 }
 
 void ShardedUpdate::finish_step() {

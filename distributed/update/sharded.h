@@ -7,6 +7,7 @@
 //                      optimizer's begin_step; the hook reduce-scatters this step's buckets, or
 //                      all-reduces them in the step that may rebuild them (its update is plain)
 //   (backward)         each bucket launch enqueues the update of the bucket launched before it
+//                      (with a gradient clip, every update waits for the norm after backward)
 //   after_backward()   the last bucket's update, the ranks' agreement on the non-finite report,
 //                      then the current stream waits for the update stream
 //   replayed()         instead of the backward, for a step replayed as a CUDA graph
@@ -59,6 +60,9 @@ class ShardedUpdate final : public UpdateSchedule {
  private:
   void launched(size_t bucket);
   void update(size_t bucket);  // on the update stream: wait for the bucket, update its part, gather
+  // With a clip, after every bucket is reduced: the norm over all ranks' parts, then every
+  // bucket's update (Note [Clipping sharded updates]).
+  void clip_and_update_all();
   void finish_step();          // on the update stream: the report's consensus, the gathers waited for
   // The bucket's element range [begin, end) in the arena.
   std::pair<int64_t, int64_t> range_of(size_t bucket) const;

@@ -34,11 +34,16 @@ ParamArena::ParamArena(const NamedTensors& params, Device device, DType compute_
   }
 }
 
-NamedTensors ParamArena::master_views() const {
+NamedTensors ParamArena::master_views() const { return views_of(flat_master_); }
+
+NamedTensors ParamArena::views_of(const Tensor& flat) const {
+  VITDDP_ASSERT(flat.dim() == 1 && flat.numel() == numel_, "views_of: ", flat.description(), " is not one value per "
+                "arena element (", numel_, ")");
   NamedTensors out;
   for (size_t k = 0; k < params_.size(); ++k) {
     const Shape& shape = params_[k].second.shape();
-    out.emplace_back(params_[k].first, flat_master_.as_strided(shape, contiguous_strides(shape), offsets_[k]));
+    out.emplace_back(params_[k].first,
+                     flat.as_strided(shape, contiguous_strides(shape), flat.storage_offset() + offsets_[k]));
   }
   return out;
 }

@@ -38,6 +38,8 @@ class ParamArena {
   Tensor flat_grads() const { return flat_grads_; }    // (numel) compute dtype
   // The master weights as named f32 views (what checkpoints and --save write).
   NamedTensors master_views() const;
+  // Named views of any flat (numel) tensor laid out as the arena (a model EMA, optimizer state).
+  NamedTensors views_of(const Tensor& flat) const;
   // A 1-D view of the gradient buffer [begin, end) in elements.
   Tensor grad_slice(int64_t begin, int64_t end) const;
   void zero_grad();

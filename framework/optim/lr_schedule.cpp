@@ -44,8 +44,8 @@ double LrSchedule::at(int64_t step) const {
 std::string LrSchedule::describe() const {
   const LrScheduleConfig& c = config_;
   std::ostringstream out;
-  out << c.kind << " from " << c.base_lr;
-  if (c.kind == "cosine") out << " to " << c.min_lr << " over " << c.total_steps - c.warmup_steps << " steps";
+  out << c.base_lr;
+  if (c.kind == "cosine") out << " cosine to " << c.min_lr << " over " << c.total_steps - c.warmup_steps << " steps";
   if (c.kind == "step") out << ", times " << c.gamma << " every " << c.step_size << " steps";
   if (c.warmup_steps > 0)
     out << ", after " << c.warmup_steps << " linear warm-up steps from " << c.base_lr * c.warmup_decay;

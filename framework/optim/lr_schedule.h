@@ -30,7 +30,7 @@ class LrSchedule {
   // The rate of step `step` (0-based: the update that ends step step + 1).
   double at(int64_t step) const;
   const LrScheduleConfig& config() const { return config_; }
-  // "cosine from 0.003 after 30 warm-up steps from 9.9e-05, to 0" and the like.
+  // "0.003 cosine to 0 over 900 steps, after 100 linear warm-up steps from 9.9e-05", "0.001".
   std::string describe() const;
 
  private:

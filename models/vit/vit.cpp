@@ -119,4 +119,11 @@ Tensor VisionTransformer::forward(const Tensor& images) const {
   return head_->forward(select(x, 1, 0));                                     // (B, classes)
 }
 
+bool VisionTransformer::decays_by_default(const std::string& name, const Shape& shape) {
+  if (shape.size() <= 1) return false;  // biases and layer-norm scales
+  for (const std::string& skipped : no_weight_decay_names())
+    if (name == skipped) return false;
+  return true;
+}
+
 }  // namespace vitddp

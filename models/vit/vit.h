@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/core/random.h"
@@ -61,6 +62,11 @@ class VisionTransformer : public Module {
   const VitConfig& config() const { return config_; }
   // The generator every dropout layer draws from; its (seed, counter) go into checkpoints.
   Generator& dropout_generator() { return *dropout_gen_; }
+  // Parameters besides the 1-D ones that weight decay leaves out by default (timm's
+  // no_weight_decay(): the class token and the position embedding).
+  static std::vector<std::string> no_weight_decay_names() { return {"class_token", "encoder.pos_embedding"}; }
+  // Whether weight decay applies to `name` of `shape` by that rule.
+  static bool decays_by_default(const std::string& name, const Shape& shape);
 
  private:
   void initialise(Generator& gen);

@@ -21,7 +21,7 @@ TEST(NextForwardUpdateCli, GivesTheWeightsOfThePlainUpdate) {
   for (const std::string& setting : {std::string("--momentum 0.9 --weight-decay 0.01"),
                                      std::string("--optimizer adamw --lr 0.01 --weight-decay 0.05"),
                                      std::string("--momentum 0.9 --accumulate 2"),
-                                     std::string("--momentum 0.9 --grad-as-bucket-view=false")}) {
+                                     std::string("--momentum 0.9 --set grad-as-bucket-view=false")}) {
     SCOPED_TRACE(setting);
     for (const std::string& mode : {std::string("--set update=next-forward"),
                                     std::string("--set update=next-forward --set ready-order-share=0.3"),

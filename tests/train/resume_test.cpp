@@ -105,7 +105,7 @@ TEST(Resume, TwoRanksWithPowerSgdAreBitExact) {
 // gradients arrive weight before bias); the checkpoint keeps the rebuilt buckets, so the resumed
 // run's PowerSGD state lands in the buckets it was saved from.
 TEST(Resume, RebuiltBucketsAndPowerSgdStateAreBitExact) {
-  check_exact_resume(" --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05 --grad-as-bucket-view=false");
+  check_exact_resume(" --procs 2 --hook powersgd --powersgd-start-iter 2 --bucket-mb 0.05 --set grad-as-bucket-view=false");
 }
 
 // Starts `train args` with its output in `log`, sends SIGINT once the log shows step 3, and

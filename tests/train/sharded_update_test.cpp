@@ -73,9 +73,9 @@ TEST(ShardedUpdateCli, WhatItCannotHonourIsRefused) {
                                                              "takes --hook allreduce, not --hook fp16");
   testing::expect_refused_in_one_line(base + " --nonfinite skip", "update sharded applies updates before the step's "
                                                                   "gradients have all been scanned");
-  testing::expect_refused_in_one_line(base + " --grad-as-bucket-view=false",
+  testing::expect_refused_in_one_line(base + " --set grad-as-bucket-view=false",
                                       "update sharded updates each bucket's part of the gradient buffer in place: it "
-                                      "needs --grad-as-bucket-view");
+                                      "needs grad-as-bucket-view");
   testing::expect_refused_in_one_line("--model vit_tiny --device cpu --batch-size 4 --steps 1 --set update=sharded",
                                       "update sharded places DDP's bucket updates: it needs data parallelism");
 }

@@ -307,13 +307,21 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
 
 std::vector<std::string> resume_setting_changes(const nlohmann::json& saved, const nlohmann::json& now) {
   std::vector<std::string> changes;
+  if (!saved.is_object() || !now.is_object()) return changes;
+  auto compare = [&](const char* key, const std::string& why) {
+    if (!saved.contains(key) || !now.contains(key) || saved[key] == now[key]) return;
+    changes.push_back((is_public_flag(key) ? "--" : "") + std::string(key) + " " + saved[key].dump() + " -> " +
+                      now[key].dump() + why);
+  };
   for (const char* key : {"seed", "data", "dataset-size", "batch-size", "accumulate", "precision", "image-size",
-                          "dropout", "bucket-mb", "first-bucket-mb", "early-bucket-mb", "tail-bucket-mb"}) {
-    if (!saved.is_object() || !now.is_object() || !saved.contains(key) || !now.contains(key)) continue;
-    if (saved[key] != now[key])
-      changes.push_back((is_public_flag(key) ? "--" : "") + std::string(key) + " " + saved[key].dump() + " -> " +
-                        now[key].dump());
-  }
+                          "dropout", "bucket-mb", "first-bucket-mb", "early-bucket-mb", "tail-bucket-mb", "lr",
+                          "lr-schedule", "warmup-steps", "warmup-decay", "min-lr", "lr-step-size", "lr-gamma",
+                          "weight-decay", "weight-decay-all", "label-smoothing", "clip-grad-norm", "model-ema",
+                          "mixup-alpha", "cutmix-alpha"})
+    compare(key, "");
+  // A cosine or step schedule is laid out over the run's steps: more steps stretch it.
+  if (now.contains("lr-schedule") && now["lr-schedule"] != "constant")
+    compare("steps", " (the " + now["lr-schedule"].get<std::string>() + " schedule follows --steps)");
   return changes;
 }
 
