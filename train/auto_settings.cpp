@@ -60,7 +60,10 @@ std::vector<ChosenSetting> choose_settings(const RunFacts& f, TrainConfig* confi
                "from backward (+7% fp32, +26% bf16 on 2 H200s)");
 
   // Where DDP's update runs, and the bucket layout its measured recipe goes with.
-  const bool overlap_ok = two_gpus_one_host && c.nonfinite == "stop" && c.precision == "bf16";
+  // A gradient clip needs every bucket reduced before any update: neither overlapped placement
+  // keeps its gain (next-forward cannot clip at all).
+  const bool overlap_ok =
+      two_gpus_one_host && c.nonfinite == "stop" && c.precision == "bf16" && c.clip_grad_norm == 0;
   if (overlap_ok && !f.peer_access && elementwise_hook(c)) {
     if (choose.set("update", c.update, std::string("next-forward"),
                    f.no_peer_access_why + ": each bucket's update waits for the next forward's first use of it, so "

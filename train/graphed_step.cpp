@@ -22,8 +22,9 @@ namespace vitddp {
 // first eager step rebuilds the buckets and tunes the products; the second runs as all later
 // ones; PowerSGD waits for its first compressed step (CommHook::steady). Invariant: replays are
 // bit-identical to eager steps (same kernels, plans, collectives and addresses; the loss is
-// multiplied by a device scalar, 1, or NaN for an injected fault: x * 1 is x). The optimizer
-// runs eagerly after the replay, since its step-dependent constants are host arguments. A batch
+// multiplied by a device scalar, 1, or NaN for an injected fault: x * 1 is x). The plain
+// update runs eagerly after the replay; captured updates (sharded) read their step's constants
+// from device memory, written before the replay (framework/optim/step_constants.h). A batch
 // of another shape runs eagerly on every rank (NCCL needs a collective captured on all ranks or
 // none); settings whose work changes from step to step turn the graph off, named at start.
 std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
@@ -36,9 +37,6 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
                   "at step " + std::to_string(c.powersgd_start_iter + 2) + " at the earliest");
   if (c.accumulate > 1) why.push_back("--accumulate " + std::to_string(c.accumulate) + " (one micro-batch a step is captured)");
   if (c.update == "next-forward") why.push_back("update next-forward (its updates run inside the next step's forward)");
-  if (c.update == "sharded" && c.optimizer == "adamw")
-    why.push_back("update sharded with adamw (its bias corrections change every step; the graph would keep the "
-                  "captured step's)");
   if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")
     why.push_back("--hook " + c.hook + " on f32 buckets (its overflow record is indexed by a step count kept on the host)");
   if (c.find_unused_parameters) why.push_back("--find-unused-parameters (the unused parameters may change from step to step)");

@@ -31,8 +31,8 @@ namespace vitddp {
 // A bucket's update is enqueued when the next bucket launches, not at its own launch: waiting for
 // a collective first finishes its enqueue with NCCL (Note [Finishing an enqueue later] in
 // distributed/nccl/pg_nccl.cpp), which the next launch does anyway. Under a CUDA graph the updates
-// are captured with the step, so SGD's constants must not change from step to step (AdamW's bias
-// corrections do: no graph).
+// are captured with the step; they read the step's constants (learning rate, bias corrections)
+// from device memory, which begin_step() writes before the replay.
 
 // Note [Clipping sharded updates]
 // A clipped update needs the norm of the whole averaged gradient before any part is updated, so

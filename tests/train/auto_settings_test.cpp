@@ -153,6 +153,17 @@ TEST(ChosenSettings, RecipesAreTakenOnlyWhereTheyWereMeasured) {
   EXPECT_EQ(c.transport, "nccl");
 }
 
+// A clipped run needs every bucket reduced before any update: no overlapped placement is chosen.
+TEST(ChosenSettings, AClippedRunKeepsThePlainUpdate) {
+  for (bool peer_access : {false, true}) {
+    TrainConfig c;
+    c.precision = "bf16";
+    c.clip_grad_norm = 1.0;
+    chosen(two_gpus(peer_access), &c);
+    EXPECT_EQ(c.update, "after-backward") << peer_access;
+  }
+}
+
 TEST(ChosenSettings, DescribeNamesEachChoiceAndItsReason) {
   const std::string text = describe_choices({{"transport", "host-copy", "no peer access"}, {"workers", "8", "16 CPUs"}});
   EXPECT_EQ(text, "chosen: transport host-copy (no peer access)\nchosen: workers 8 (16 CPUs)\n");

@@ -65,6 +65,25 @@ TEST(CudaGraphGpu, OneGpuReplaysGiveTheEagerWeights) {
   }
 }
 
+// The training recipe under the graph: the schedule's rate, AdamW's bias corrections and the
+// clip's scale reach the update through device memory (framework/optim/step_constants.h), the
+// EMA and the decay mask ride in the update's pass; one rank's sharded updates clip inside the
+// graph (the norm's all-reduce captured with the step).
+TEST(CudaGraphGpu, TheRecipeReplaysGiveTheEagerWeights) {
+  if (testing::gpus_without_cuda_init() < 1) GTEST_SKIP() << "needs a GPU";
+  const std::string recipe = " --data gpu --lr 0.01 --lr-schedule cosine --warmup-steps 2 --label-smoothing 0.1 "
+                             "--clip-grad-norm 0.05 --model-ema 0.9 --weight-decay 0.05";
+  for (const char* precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    expect_graph_matches_eager(kBase + recipe + " --optimizer adamw --precision " + precision, "vitddp_graph_recipe", 3);
+  }
+  for (const char* optimizer : {"sgd --momentum 0.9", "adamw"}) {
+    SCOPED_TRACE(optimizer);
+    expect_graph_matches_eager("--gpus 1 --set ddp=true " + kBase + recipe + " --precision bf16 --bucket-mb 0.5 "
+                               "--set update=sharded --optimizer " + optimizer, "vitddp_graph_recipe_sharded", 3);
+  }
+}
+
 TEST(CudaGraphGpu, DdpReplaysCarryTheBucketCollectives) {
   if (testing::gpus_without_cuda_init() < 2) GTEST_SKIP() << "needs 2 GPUs";
   // Small buckets: many collectives inside the graph, launched as backward goes.

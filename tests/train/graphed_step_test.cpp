@@ -28,11 +28,12 @@ TEST(CudaGraph, EachSettingThatChangesTheStepIsNamed) {
   };
   EXPECT_NE(why([](TrainConfig& c) { c.accumulate = 2; }).find("--accumulate 2"), std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.update = "next-forward"; }).find("update next-forward"), std::string::npos);
-  EXPECT_NE(why([](TrainConfig& c) {
+  // Captured updates read their step's constants from device memory: AdamW's bias corrections too.
+  EXPECT_EQ(why([](TrainConfig& c) {
               c.update = "sharded";
               c.optimizer = "adamw";
-            }).find("update sharded with adamw"),
-            std::string::npos);
+            }),
+            "");
   EXPECT_NE(why([](TrainConfig& c) { c.hook = "fp16"; }).find("--hook fp16 on f32 buckets"), std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.find_unused_parameters = true; }).find("--find-unused-parameters"),
             std::string::npos);
