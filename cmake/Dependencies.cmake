@@ -4,6 +4,15 @@ find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(nlohmann_json 3.9 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
+# Image decoding: libjpeg-turbo's TurboJPEG API and libpng (Debian's libturbojpeg0-dev and
+# libpng-dev; scripts/install_deps.sh installs them, scripts/fetch_device_deps.sh carries them).
+find_path(TURBOJPEG_INCLUDE_DIR turbojpeg.h)
+find_library(TURBOJPEG_LIBRARY NAMES turbojpeg libturbojpeg.so.0)
+if(NOT TURBOJPEG_INCLUDE_DIR OR NOT TURBOJPEG_LIBRARY)
+  message(FATAL_ERROR "vitddp: libjpeg-turbo's TurboJPEG (turbojpeg.h, libturbojpeg) not found: install Debian's "
+                      "libturbojpeg0-dev (scripts/install_deps.sh does)")
+endif()
+find_package(PNG REQUIRED)
 if(VITDDP_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -4,4 +4,4 @@
 # CPU-only (see CMakeLists.txt).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/debian_packages.sh"
-ensure_debian_packages cmake ninja-build g++ pkg-config libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev python3-torch python3-torchvision python3-numpy
+ensure_debian_packages cmake ninja-build g++ pkg-config libeigen3-dev libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev python3-torch python3-torchvision python3-numpy libturbojpeg0-dev libpng-dev python3-pil python3-sklearn
