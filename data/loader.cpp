@@ -4,23 +4,30 @@
 #include <chrono>
 #include <system_error>
 
+#include "data/image/image.h"
 #include "framework/core/error.h"
+#include "framework/core/random.h"
 
 namespace vitddp {
 
 DataLoader::DataLoader(const Dataset& dataset, const DistributedSampler& sampler, const LoaderOptions& options)
-    : dataset_(dataset), sampler_(sampler), options_(options) {
+    : DataLoader(dataset, std::make_shared<DistributedSampler>(sampler), sampler.epoch(), options) {}
+
+DataLoader::DataLoader(const Dataset& dataset, std::shared_ptr<const SampleOrder> order, int64_t first_epoch,
+                       const LoaderOptions& options)
+    : dataset_(dataset), order_(std::move(order)), options_(options) {
   VITDDP_CHECK(options.batch_size > 0, "data loader: batch size must be positive, got ", options.batch_size);
   VITDDP_CHECK(options.num_workers >= 0, "data loader: num_workers must be >= 0, got ", options.num_workers);
   prefetch_ = options.prefetch.value_or(std::max(4, 2 * options.num_workers));
   VITDDP_CHECK(prefetch_ >= 1, "data loader: prefetch must be >= 1, got ", prefetch_);
   VITDDP_CHECK(options.start_step >= 0 && options.start_step <= (int64_t{1} << 53),
                "data loader: start_step must be in [0, 2^53], got ", options.start_step);
-  const int64_t n = sampler.num_samples();
+  VITDDP_CHECK(options.max_bad_samples >= 0, "data loader: max_bad_samples must be >= 0");
+  const int64_t n = order_->num_samples();
   batches_per_epoch_ = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
   VITDDP_CHECK(batches_per_epoch_ > 0, "data loader: ", n, " samples per rank and epoch make no full batch of ",
                options.batch_size, " with drop_last");
-  first_epoch_ = sampler.epoch();
+  first_epoch_ = first_epoch;
   if (!options_.allocator) options_.allocator = [](const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); };
   next_claim_ = next_return_ = options.start_step;
   {
@@ -65,14 +72,38 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::indices_locked(int64_t e
   while (!epoch_indices_.empty() && epoch_indices_.begin()->first < oldest) epoch_indices_.erase(epoch_indices_.begin());
   auto it = epoch_indices_.find(epoch);
   if (it != epoch_indices_.end()) return it->second;
-  DistributedSampler s = sampler_;
-  s.set_epoch(epoch);
-  auto indices = std::make_shared<const std::vector<int64_t>>(s.indices());
+  auto indices = std::make_shared<const std::vector<int64_t>>(order_->indices_of(epoch));
+  VITDDP_ASSERT(static_cast<int64_t>(indices->size()) == order_->num_samples(), "sample order of epoch ", epoch,
+                " has ", indices->size(), " indices, not ", order_->num_samples());
   epoch_indices_[epoch] = indices;
   return indices;
 }
 
-Batch DataLoader::build(int64_t step, const std::vector<int64_t>& indices) const {
+void DataLoader::fill(int64_t epoch, const std::vector<int64_t>& indices, int64_t position, float* image,
+                      int64_t* label) {
+  const int64_t n = static_cast<int64_t>(indices.size());
+  for (int64_t tried = 0; tried < n; ++tried) {
+    const int64_t index = indices[(position + tried) % n];
+    const uint64_t draw = mix64(mix64(options_.seed, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(index));
+    try {
+      dataset_.get_drawn(index, draw, image, label);
+      return;
+    } catch (const BadSample& e) {
+      std::lock_guard<std::mutex> lock(bad_mu_);
+      if (!bad_.insert(index).second) continue;  // told already
+      const int64_t count = static_cast<int64_t>(bad_.size());
+      const std::string what = dataset_.sample_name(index) + ": " + e.what();
+      VITDDP_CHECK(count <= options_.max_bad_samples, "data: ", count, " bad samples, more than the ",
+                   options_.max_bad_samples, " allowed (bad-sample-limit); the last: ", what);
+      if (options_.on_bad_sample)
+        options_.on_bad_sample(what + " (" + std::to_string(count) + " bad sample" + (count == 1 ? "" : "s") +
+                               " so far)");
+    }
+  }
+  throw Error("data: every sample of the epoch is bad");
+}
+
+Batch DataLoader::build(int64_t step, const std::vector<int64_t>& indices) {
   const int64_t k = step % batches_per_epoch_;
   const int64_t begin = k * options_.batch_size;
   const int64_t count = std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices.size()) - begin);
@@ -92,7 +123,7 @@ Batch DataLoader::build(int64_t step, const std::vector<int64_t>& indices) const
   float* img = b.images.data<float>();
   int64_t* lab = b.labels.data<int64_t>();
   const int64_t per = dataset_.image_numel();
-  for (int64_t i = 0; i < count; ++i) dataset_.get(indices[begin + i], img + i * per, lab + i);
+  for (int64_t i = 0; i < count; ++i) fill(b.epoch, indices, begin + i, img + i * per, lab + i);
   return b;
 }
 
@@ -159,8 +190,14 @@ Batch DataLoader::next() {
 }
 
 LoaderStats DataLoader::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  LoaderStats s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = stats_;
+  }
+  std::lock_guard<std::mutex> lock(bad_mu_);
+  s.bad_samples = static_cast<int64_t>(bad_.size());
+  return s;
 }
 
 }  // namespace vitddp

@@ -17,19 +17,42 @@ struct SamplerOptions {
   bool drop_last = false;
 };
 
-class DistributedSampler {
+// The order in which one rank reads a dataset's samples, epoch by epoch: the loader's source.
+class SampleOrder {
+ public:
+  virtual ~SampleOrder() = default;
+  // Samples this rank sees per epoch: the same every epoch and on every rank.
+  virtual int64_t num_samples() const = 0;
+  // This rank's indices of `epoch`, num_samples() of them.
+  virtual std::vector<int64_t> indices_of(int64_t epoch) const = 0;
+};
+
+class DistributedSampler final : public SampleOrder {
  public:
   explicit DistributedSampler(const SamplerOptions& options);
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
-  // Samples this rank sees per epoch.
-  int64_t num_samples() const { return num_samples_; }
-  std::vector<int64_t> indices() const;
+  int64_t num_samples() const override { return num_samples_; }
+  std::vector<int64_t> indices() const { return indices_of(epoch_); }
+  std::vector<int64_t> indices_of(int64_t epoch) const override;
 
  private:
   SamplerOptions options_;
   int64_t epoch_ = 0;
   int64_t num_samples_ = 0;
+};
+
+// Every sample exactly once over the ranks, in index order: rank r takes r, r + world, ... (the
+// ranks' counts differ by one where world does not divide the size). For evaluation.
+class StridedOrder final : public SampleOrder {
+ public:
+  StridedOrder(int64_t dataset_size, int rank, int world_size);
+  int64_t num_samples() const override { return num_samples_; }
+  std::vector<int64_t> indices_of(int64_t epoch) const override;
+
+ private:
+  int rank_, world_;
+  int64_t num_samples_;
 };
 
 }  // namespace vitddp

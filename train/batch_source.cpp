@@ -1,6 +1,8 @@
 #include "train/batch_source.h"
 
+#include <iostream>
 #include <optional>
+#include <string>
 
 #include "data/sampler.h"
 #include "framework/core/random.h"
@@ -14,15 +16,20 @@ namespace vitddp {
 namespace {
 
 LoaderOptions loader_options(const BatchSourceOptions& o) {
-  return LoaderOptions{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}};
+  LoaderOptions lo{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}};
+  lo.seed = o.seed_for_draws;
+  lo.max_bad_samples = o.max_bad_samples;
+  lo.on_bad_sample = [](const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; };
+  return lo;
 }
 
 class CpuSource final : public BatchSource {
  public:
-  CpuSource(const Dataset& dataset, const DistributedSampler& sampler, const BatchSourceOptions& o)
-      : loader_(dataset, sampler, loader_options(o)) {}
+  CpuSource(const Dataset& dataset, std::shared_ptr<const SampleOrder> order, const BatchSourceOptions& o)
+      : loader_(dataset, std::move(order), 0, loader_options(o)) {}
   Batch next() override { return loader_.next(); }
   double loader_images_per_second() const override { return loader_.stats().images_per_second(); }
+  int64_t bad_samples() const override { return loader_.stats().bad_samples; }
 
  private:
   DataLoader loader_;
@@ -41,9 +48,9 @@ LoaderOptions pinned_loader_options(const BatchSourceOptions& o) {
 // See train/batch_source.h: copy k+1 overlaps step k.
 class PinnedCopySource final : public BatchSource {
  public:
-  PinnedCopySource(const Dataset& dataset, const DistributedSampler& sampler, const BatchSourceOptions& o)
+  PinnedCopySource(const Dataset& dataset, std::shared_ptr<const SampleOrder> order, const BatchSourceOptions& o)
       : device_(o.device),
-        loader_(dataset, sampler, pinned_loader_options(o)),
+        loader_(dataset, std::move(order), 0, pinned_loader_options(o)),
         copy_stream_(cuda::Stream::create(o.device.index, cuda::compute_priority())) {}
 
   Batch next() override {
@@ -56,6 +63,7 @@ class PinnedCopySource final : public BatchSource {
     return ready.device_batch;
   }
   double loader_images_per_second() const override { return loader_.stats().images_per_second(); }
+  int64_t bad_samples() const override { return loader_.stats().bad_samples; }
 
  private:
   struct InFlight {
@@ -107,15 +115,15 @@ class GpuGeneratedSource final : public BatchSource {
 
 }  // namespace
 
-std::unique_ptr<BatchSource> make_batch_source(const Dataset* dataset, const DistributedSampler* sampler,
+std::unique_ptr<BatchSource> make_batch_source(const Dataset* dataset, std::shared_ptr<const SampleOrder> order,
                                                const BatchSourceOptions& o) {
   if (o.device.is_cpu()) {
     VITDDP_CHECK(!o.generate_on_gpu, "--data gpu makes batches on the GPU: it needs a CUDA device");
-    return std::make_unique<CpuSource>(*dataset, *sampler, o);
+    return std::make_unique<CpuSource>(*dataset, std::move(order), o);
   }
 #if VITDDP_WITH_CUDA
   if (o.generate_on_gpu) return std::make_unique<GpuGeneratedSource>(o);
-  return std::make_unique<PinnedCopySource>(*dataset, *sampler, o);
+  return std::make_unique<PinnedCopySource>(*dataset, std::move(order), o);
 #else
   throw Error("device " + o.device.str() + " needs the CUDA backend, which this build lacks");
 #endif

@@ -120,6 +120,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"workers", &c.workers, G::kExpert,
        "loader threads (batches depend on the step alone, not on this); chosen from the CPUs per rank, at most 8: "
        "8 decode well above a bf16 ViT-L/32 step's rate on an H200"},
+      {"bad-sample-limit", &c.bad_sample_limit, G::kExpert,
+       "share of the data set's samples that may be bad (corrupt, truncated, not images) before the run stops; "
+       "each is skipped with a warning naming it, its place taken by the next sample"},
       {"untimed-steps", &c.untimed_steps, G::kExpert,
        "first steps of a process the timing leaves out (set-up, GEMM tuning, the graph's capture); chosen to cover "
        "the capture"},
@@ -468,6 +471,8 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(dataset_size > 0 && dataset_size <= kMaxDatasetSize, "dataset-size must be in [1, ", kMaxDatasetSize,
                "], got ", dataset_size);
   VITDDP_CHECK(workers >= 0 && workers <= 256, "workers must be in [0, 256], got ", workers);
+  VITDDP_CHECK(bad_sample_limit >= 0 && bad_sample_limit <= 1, "bad-sample-limit must be in [0, 1], got ",
+               bad_sample_limit);
   VITDDP_CHECK(optimizer == "sgd" || optimizer == "adamw", "unknown optimizer '", optimizer, "' (sgd, adamw)");
   VITDDP_CHECK(lr >= 0, "--lr must be >= 0, got ", lr);
   VITDDP_CHECK(momentum >= 0 && momentum < 1, "--momentum must be in [0, 1), got ", momentum);

@@ -157,24 +157,23 @@ TrainingRun set_up_run(const TrainConfig& user_config, const RankEnvironment& en
   const int64_t loader_start = c.resume ? resume_run(run, out) : 0;
   const bool generate_on_gpu = c.data == "gpu";
   if (!generate_on_gpu) {
-    run.dataset = make_dataset(c, run.model_config);
-    SamplerOptions sampler_options;
-    sampler_options.dataset_size = run.dataset->size();
-    sampler_options.seed = c.seed;
-    sampler_options.rank = env.rank;
-    sampler_options.world_size = run.world;
-    run.sampler = std::make_unique<DistributedSampler>(sampler_options);
+    DataSource data = make_train_data(c, run.model_config, env.rank, run.world);
+    run.dataset = std::move(data.dataset);
+    run.order = std::move(data.order);
+    run.classes = std::move(data.classes);
   }
   BatchSourceOptions source;
   source.device = run.device;
   source.batch_size = c.batch_size;
   source.workers = c.workers;
   source.seed = mix64(c.seed, static_cast<uint64_t>(env.rank));  // --data gpu: each rank its own
+  source.seed_for_draws = c.seed;
   source.generate_on_gpu = generate_on_gpu;
   source.image_shape = {run.model_config.in_channels, run.model_config.image_size, run.model_config.image_size};
   source.num_classes = run.model_config.num_classes;
   source.start_step = loader_start;
-  run.batches = make_batch_source(run.dataset.get(), run.sampler.get(), source);
+  source.max_bad_samples = run.dataset ? static_cast<int64_t>(c.bad_sample_limit * run.dataset->size()) : 0;
+  run.batches = make_batch_source(run.dataset.get(), run.order, source);
   return run;
 }
 

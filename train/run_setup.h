@@ -47,7 +47,8 @@ struct TrainingRun {
   std::unique_ptr<DistributedDataParallel> ddp;  // null without data parallelism
   int64_t start_step = 0;               // the first step to train (a resumed run's checkpoint step)
   std::unique_ptr<Dataset> dataset;     // null for --data gpu
-  std::unique_ptr<DistributedSampler> sampler;
+  std::shared_ptr<const SampleOrder> order;  // this rank's order of the dataset
+  std::vector<std::string> classes;     // an image folder's class names (labels for --eval-data)
   std::unique_ptr<BatchSource> batches;
 };
 

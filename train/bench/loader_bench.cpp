@@ -46,14 +46,14 @@ std::string LoaderBenchResult::summary() const {
 }
 
 LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model) {
-  std::unique_ptr<Dataset> dataset = make_dataset(config, model);
-  SamplerOptions sampler_options;
-  sampler_options.dataset_size = dataset->size();
-  sampler_options.seed = config.seed;
+  DataSource data = make_train_data(config, model, 0, 1);
   LoaderOptions loader_options;
   loader_options.batch_size = config.batch_size;
   loader_options.num_workers = config.workers;
-  DataLoader loader(*dataset, DistributedSampler(sampler_options), loader_options);
+  loader_options.seed = config.seed;
+  loader_options.max_bad_samples = static_cast<int64_t>(config.bad_sample_limit * data.dataset->size());
+  loader_options.on_bad_sample = [](const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; };
+  DataLoader loader(*data.dataset, data.order, 0, loader_options);
 
   LoaderBenchResult r;
   r.model = model.name;
@@ -86,7 +86,8 @@ int run_bench_loader(int argc, char** argv) {
                "train bench loader measures one process's loader: --gpus and --procs do not apply "
                "(each rank of a run has a loader of its own)");
   VITDDP_CHECK(config.data != "gpu", "train bench loader: --data gpu makes the batches on the GPU, so there is "
-                                     "no loader to measure; name synthetic, learnable or a .safetensors file");
+                                     "no loader to measure; name an image folder, tar shards, a .safetensors file, synthetic or "
+                                     "learnable");
   VITDDP_CHECK(config.accumulate == 1 && !config.resume && config.checkpoint_dir.empty() && config.save.empty() &&
                    !config.op_breakdown && config.trace.empty(),
                "train bench loader times the loader alone: --accumulate, --resume, --checkpoint-dir, --save, "

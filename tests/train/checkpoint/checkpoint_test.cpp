@@ -496,15 +496,15 @@ TEST_P(CheckpointResume, IsBitExact) {
 
 TEST(Checkpoint, BatchSourceResumesAtItsStartStep) {
   SyntheticDataset dataset(20, 3, 8, 8, 3, 11);
-  DistributedSampler sampler(MiniRun::sampler_options());
+  auto sampler = std::make_shared<DistributedSampler>(MiniRun::sampler_options());
   BatchSourceOptions o;
   o.device = Device::cpu();
   o.batch_size = 4;
   o.workers = 1;
-  std::unique_ptr<BatchSource> straight = make_batch_source(&dataset, &sampler, o);
+  std::unique_ptr<BatchSource> straight = make_batch_source(&dataset, sampler, o);
   for (int i = 0; i < 7; ++i) straight->next();
   o.start_step = 7;
-  std::unique_ptr<BatchSource> resumed = make_batch_source(&dataset, &sampler, o);
+  std::unique_ptr<BatchSource> resumed = make_batch_source(&dataset, sampler, o);
   for (int i = 0; i < 4; ++i) {
     Batch a = straight->next(), b = resumed->next();
     EXPECT_EQ(b.step, 7 + i);
@@ -859,8 +859,9 @@ TEST(Checkpoint, ResumeSettingChangesNameWhatDiffers) {
   now["lr"] = 0.2;
   now["data"] = "learnable";
   now["bucket-mb"] = 100;  // not in the saved record: not compared
+  // The learning rate is part of the schedule a resume continues: a change is named too.
   EXPECT_EQ(resume_setting_changes(saved, now),
-            (std::vector<std::string>{"--seed 1 -> 3", "--data \"synthetic\" -> \"learnable\""}));
+            (std::vector<std::string>{"--seed 1 -> 3", "--data \"synthetic\" -> \"learnable\"", "--lr 0.1 -> 0.2"}));
   EXPECT_TRUE(resume_setting_changes(nlohmann::json(), now).empty());
   // The bucket layout's settings: a checkpoint restores its own buckets, so a change is named.
   const nlohmann::json buckets = {{"bucket-mb", 25.0}, {"first-bucket-mb", 1.0}, {"tail-bucket-mb", 0.0}};
