@@ -120,6 +120,12 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"workers", &c.workers, G::kExpert,
        "loader threads (batches depend on the step alone, not on this); chosen from the CPUs per rank, at most 8: "
        "8 decode well above a bf16 ViT-L/32 step's rate on an H200"},
+      {"crop-min-scale", &c.crop_min_scale, G::kExpert,
+       "image files: the train crop's smallest share of the image's area (torchvision's RandomResizedCrop scale, "
+       "0.08; changes the weights: larger for small images such as digits)"},
+      {"random-flip", &c.random_flip, G::kExpert,
+       "image files: the train preset's random horizontal flip (torchvision's, p 0.5; changes the weights: false "
+       "for images a mirror changes the meaning of, such as digits)"},
       {"bad-sample-limit", &c.bad_sample_limit, G::kExpert,
        "share of the data set's samples that may be bad (corrupt, truncated, not images) before the run stops; "
        "each is skipped with a warning naming it, its place taken by the next sample"},
@@ -471,6 +477,7 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(dataset_size > 0 && dataset_size <= kMaxDatasetSize, "dataset-size must be in [1, ", kMaxDatasetSize,
                "], got ", dataset_size);
   VITDDP_CHECK(workers >= 0 && workers <= 256, "workers must be in [0, 256], got ", workers);
+  VITDDP_CHECK(crop_min_scale > 0 && crop_min_scale <= 1, "crop-min-scale must be in (0, 1], got ", crop_min_scale);
   VITDDP_CHECK(bad_sample_limit >= 0 && bad_sample_limit <= 1, "bad-sample-limit must be in [0, 1], got ",
                bad_sample_limit);
   VITDDP_CHECK(optimizer == "sgd" || optimizer == "adamw", "unknown optimizer '", optimizer, "' (sgd, adamw)");

@@ -42,6 +42,8 @@ struct TrainConfig {
   int64_t eval_every = 0;          // steps between evaluations (0: only at the end)
   int64_t dataset_size = kDefaultDatasetSize;  // expert: samples of the synthetic datasets
   int workers = 4;                 // expert: loader threads (chosen from the CPUs unless given)
+  double crop_min_scale = 0.08;    // expert: the train crop's smallest area share (torchvision's RandomResizedCrop)
+  bool random_flip = true;         // expert: the train preset's horizontal flip
   double bad_sample_limit = 0.01;  // expert: share of the samples that may be bad before the run stops
   int64_t batch_size = 32;
   // optimisation

@@ -32,7 +32,8 @@ DataSource open_data(const std::string& flag, const std::string& spec, const Vit
   }
   VITDDP_CHECK(spec != "gpu", flag, " gpu makes batches on the GPU: it needs a CUDA device",
                train ? "" : ", and it cannot be evaluated on");
-  auto transform = std::make_shared<const ImageTransform>(train, static_cast<int>(m.image_size));
+  auto transform = std::make_shared<const ImageTransform>(train, static_cast<int>(m.image_size), c.crop_min_scale,
+                                                          c.random_flip);
   VITDDP_CHECK(m.in_channels == 3 || ends_with(spec, ".safetensors"), flag, " ", spec, ": image files are RGB; the "
                "model takes ", m.in_channels, " channels");
   std::error_code ec;

@@ -24,6 +24,9 @@ nlohmann::json RunResult::to_json() const {
   j["buckets"] = buckets;
   j["skipped_steps"] = skipped_steps;
   j["grad_norm"] = grad_norm >= 0 ? nlohmann::json(grad_norm) : nlohmann::json();
+  j["bad_samples"] = bad_samples;
+  j["evals"] = evals;
+  j["eval"] = evals.empty() ? nlohmann::json() : evals.back();
   const char* p2p = std::getenv("NCCL_P2P_DISABLE");
   j["nccl_p2p_disable"] = p2p ? p2p : "0";
   j["median_step_ms"] = median_step_ms;

@@ -23,6 +23,8 @@ struct RunResult {
   int64_t buckets = 0;                // DDP's gradient buckets at the end of the run
   int64_t skipped_steps = 0;          // --nonfinite skip: steps whose update was not applied
   double grad_norm = -1;              // --clip-grad-norm: the last step's norm before clipping (-1: none)
+  int64_t bad_samples = 0;            // distinct bad samples this rank's loader skipped
+  nlohmann::json evals = nlohmann::json::array();  // --eval-data: each evaluation (EvalResult::to_json)
   bool stopped_early = false;         // a signal stopped the run at a step boundary
   int64_t steps = 0;                  // steps this process trained
   int64_t first_step = 1;             // the first of them (1-based; above 1 after a resume)

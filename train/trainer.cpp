@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "framework/ops/cross_entropy.h"
 #include "framework/ops/elementwise.h"
 #include "train/checkpoint/run_state.h"
+#include "train/evaluate.h"
 #include "train/graphed_step.h"
 #include "train/observe/fault_injection.h"
 #include "train/observe/nvtx_ranges.h"
@@ -79,6 +81,8 @@ class Trainer {
   void wait_stop_flag();
   bool stopping(int64_t step);
   RunResult finish(int64_t stopped_after);
+  // --eval-data after `steps_done` steps, on every rank; its time is left out of the timing.
+  void evaluate(int64_t steps_done);
   void finish_trace();
   void say_what_runs();
 
@@ -92,6 +96,8 @@ class Trainer {
   Allocator& allocator_;
   std::unique_ptr<StepClock> clock_;
   std::unique_ptr<GraphedStep> graphed_;  // --cuda-graph; null when off or not possible
+  std::unique_ptr<Evaluator> evaluator_;  // --eval-data; null without
+  double eval_seconds_ = 0;               // evaluations between timed steps
   StepObservers observers_;
   StepTracer* tracer_ = nullptr;  // --trace: one of the observers, until finish_trace()
   Tensor stop_flag_;              // summed over ranks each step (DDP only)
@@ -143,6 +149,7 @@ Trainer::Trainer(TrainingRun& run, std::ostream& out)
     observers_.add(std::move(tracer));
   }
   observers_.add(std::make_unique<NvtxRanges>());
+  if (!config_.eval_data.empty()) evaluator_ = std::make_unique<Evaluator>(run_);
 }
 
 RunResult Trainer::train() {
@@ -185,6 +192,10 @@ RunResult Trainer::train() {
     if (stop) {
       stopped_after = step;
       break;
+    }
+    if (evaluator_ && config_.eval_every > 0 && (step + 1) % config_.eval_every == 0 && step + 1 < total_) {
+      report_through(step);  // a bad step stops the run before it is evaluated
+      evaluate(step + 1);
     }
   }
   return finish(stopped_after);
@@ -348,6 +359,15 @@ void Trainer::say_what_runs() {
        << std::flush;
 }
 
+void Trainer::evaluate(int64_t steps_done) {
+  const auto start = std::chrono::steady_clock::now();
+  const EvalResult r = evaluator_->evaluate(steps_done);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (steps_done > timed_first_ && steps_done < total_) eval_seconds_ += seconds;
+  result_.evals.push_back(r.to_json());
+  out_ << r.summary() << "\n" << std::flush;
+}
+
 void Trainer::finish_trace() {
   if (!tracer_) return;
   if (ddp_) ddp_->reducer().set_observer(nullptr);
@@ -387,6 +407,8 @@ RunResult Trainer::finish(int64_t stopped_after) {
     result_.stopped_early = true;
     return result_;
   }
+  if (evaluator_) evaluate(total_);
+  result_.bad_samples = run_.batches->bad_samples();
   if (!config_.save.empty() && run_.env.rank == 0) {
     if (ddp_) ddp_->group().check_health();  // the last step's collectives are done: none failed
     write_safetensors(config_.save, run_.arena->master_views());
@@ -421,7 +443,7 @@ RunResult Trainer::finish(int64_t stopped_after) {
   result_.steps = total_ - run_.start_step;
   result_.timed_steps = total_ - timed_first_;
   result_.untimed_steps = timed_first_ - run_.start_step;
-  result_.seconds = clock_->span_seconds(timed_first_, total_ - 1);
+  result_.seconds = clock_->span_seconds(timed_first_, total_ - 1) - eval_seconds_;
   result_.steps_per_s = static_cast<double>(result_.timed_steps) / result_.seconds;
   // The images the timed steps took (rank 0's, times the ranks: the sampler gives each rank as
   // many), not batch size x steps: a file dataset's last batch of an epoch may be short.

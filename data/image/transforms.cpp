@@ -46,12 +46,12 @@ int randint(Generator& gen, int low, int high) {
 
 }  // namespace
 
-CropDraw draw_random_resized_crop(int width, int height, Generator& gen) {
+CropDraw draw_random_resized_crop(int width, int height, Generator& gen, double min_scale) {
   const double area = static_cast<double>(width) * height;
   const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
   CropDraw c;
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target_area = area * uniform_in(gen, 0.08, 1.0);
+    const double target_area = area * uniform_in(gen, min_scale, 1.0);
     const double aspect = std::exp(uniform_in(gen, log_lo, log_hi));
     const int w = round_half_even(std::sqrt(target_area * aspect));
     const int h = round_half_even(std::sqrt(target_area / aspect));
@@ -81,9 +81,11 @@ CropDraw draw_random_resized_crop(int width, int height, Generator& gen) {
 
 int eval_resize_for(int size) { return static_cast<int>(std::floor(size * 256.0 / 224.0 + 0.5)); }
 
-ImageTransform::ImageTransform(bool train, int size, Normalization norm)
-    : train_(train), size_(size), resize_(eval_resize_for(size)), norm_(norm) {
+ImageTransform::ImageTransform(bool train, int size, double min_scale, bool flip, Normalization norm)
+    : train_(train), size_(size), resize_(eval_resize_for(size)), min_scale_(min_scale), flip_(flip), norm_(norm) {
   VITDDP_CHECK(size > 0 && size <= 4096, "image transform: size must be in [1, 4096], got ", size);
+  VITDDP_CHECK(min_scale > 0 && min_scale <= 1, "image transform: the crop's smallest area share must be in (0, 1], "
+               "got ", min_scale);
 }
 
 void ImageTransform::write_normalized(const RgbImage& img, bool flip, float* out) const {
@@ -124,7 +126,9 @@ void ImageTransform::apply(const uint8_t* data, size_t bytes, uint64_t seed, flo
   const ImageSize full = read_image_size(data, bytes);
   if (train_) {
     Generator gen(seed);
-    apply_crop(data, bytes, draw_random_resized_crop(full.width, full.height, gen), out);
+    CropDraw crop = draw_random_resized_crop(full.width, full.height, gen, min_scale_);
+    crop.flip = crop.flip && flip_;
+    apply_crop(data, bytes, crop, out);
     return;
   }
   // Resize the shorter side to resize_ (torchvision: the longer to int(resize_ * long / short)).

@@ -27,17 +27,20 @@ struct CropDraw {
   bool flip = false;
 };
 
-// torchvision's RandomResizedCrop.get_params (ten tries at a random area and aspect ratio, then
-// the central crop of the nearest allowed ratio) and a fair coin for the flip.
-CropDraw draw_random_resized_crop(int width, int height, Generator& gen);
+// torchvision's RandomResizedCrop.get_params (ten tries at a random area share in
+// [min_scale, 1] and aspect ratio, then the central crop of the nearest allowed ratio) and a fair
+// coin for the flip.
+CropDraw draw_random_resized_crop(int width, int height, Generator& gen, double min_scale = 0.08);
 
 // The eval preset's resize of the shorter side for a model of `size`: torchvision's 256 for 224.
 int eval_resize_for(int size);
 
 class ImageTransform {
  public:
-  // `train`: the train preset, else eval; `size`: the model's image size.
-  ImageTransform(bool train, int size, Normalization norm = {});
+  // `train`: the train preset, else eval; `size`: the model's image size; `min_scale`: the
+  // train crop's smallest area share (torchvision's 0.08).
+  // `flip`: the train preset's random horizontal flip (torchvision's hflip_prob 0.5, or none).
+  ImageTransform(bool train, int size, double min_scale = 0.08, bool flip = true, Normalization norm = {});
   // Decodes `data` and writes 3 * size * size floats to `out`; `seed` draws the train preset's
   // crop and flip (ignored by eval). Throws BadSample for what cannot be decoded.
   void apply(const uint8_t* data, size_t bytes, uint64_t seed, float* out) const;
@@ -51,6 +54,8 @@ class ImageTransform {
   bool train_;
   int size_;
   int resize_;
+  double min_scale_;
+  bool flip_;
   Normalization norm_;
 };
 

@@ -19,11 +19,10 @@
 
 namespace vitddp::testing {
 
-// Runs tests/python/SCRIPT with `args` under VITDDP_PYTHON: "OK\n" or "FAILED\n", then its
-// output (stdout and stderr).
-inline std::string run_parity_script(const std::string& script, const std::string& args) {
-  const std::string cmd =
-      std::string(VITDDP_PYTHON) + " " + VITDDP_SOURCE_DIR + "/tests/python/" + script + " " + args + " 2>&1";
+// Runs the python script at `path` with `args` under VITDDP_PYTHON: "OK\n" or "FAILED\n", then
+// its output (stdout and stderr).
+inline std::string run_script(const std::string& path, const std::string& args) {
+  const std::string cmd = std::string(VITDDP_PYTHON) + " " + path + " " + args + " 2>&1";
   std::string out;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return "FAILED\npopen failed: " + cmd;
@@ -31,6 +30,11 @@ inline std::string run_parity_script(const std::string& script, const std::strin
   while (fgets(buf, sizeof buf, pipe)) out += buf;
   const int status = pclose(pipe);
   return (status == 0 ? "OK\n" : "FAILED\n") + out;
+}
+
+// tests/python/SCRIPT, as run_script.
+inline std::string run_parity_script(const std::string& script, const std::string& args) {
+  return run_script(std::string(VITDDP_SOURCE_DIR) + "/tests/python/" + script, args);
 }
 
 }  // namespace vitddp::testing
