@@ -11,7 +11,7 @@ namespace vitddp {
 
 struct Batch {
   Tensor images;  // (B, C, H, W) f32, CPU, contiguous
-  Tensor labels;  // (B) i64, CPU, contiguous
+  Tensor labels;  // (B) i64, or soft targets (B, classes) f32 under Mixup/CutMix; CPU, contiguous
   int64_t epoch = 0;  // sampler epoch the batch was drawn from
   int64_t step = 0;   // global batch number of the loader (0, 1, 2, ... across epochs)
 };

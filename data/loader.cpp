@@ -124,6 +124,13 @@ Batch DataLoader::build(int64_t step, const std::vector<int64_t>& indices) {
   int64_t* lab = b.labels.data<int64_t>();
   const int64_t per = dataset_.image_numel();
   for (int64_t i = 0; i < count; ++i) fill(b.epoch, indices, begin + i, img + i * per, lab + i);
+  if (options_.mixing) {
+    Tensor targets = options_.allocator({count, options_.mixing->num_classes()}, DType::kF32);
+    VITDDP_CHECK(targets.defined() && targets.device().is_cpu() && targets.is_contiguous(),
+                 "data loader: the batch allocator must return contiguous CPU tensors");
+    options_.mixing->mix(options_.mixing->draw(step, image[1], image[2]), b.images, b.labels, targets);
+    b.labels = std::move(targets);
+  }
   return b;
 }
 
@@ -183,7 +190,7 @@ Batch DataLoader::next() {
     std::rethrow_exception(failed_);
   }
   ++stats_.batches;
-  stats_.images += slot.batch.labels.numel();
+  stats_.images += slot.batch.images.shape()[0];
   lock.unlock();
   work_cv_.notify_all();
   return std::move(slot.batch);

@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/batch_mixing.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 
@@ -59,6 +60,9 @@ struct LoaderOptions {
   // Told once per bad sample: "NAME: what is wrong (N bad samples so far)". Called from worker
   // threads, one at a time. Default: nothing.
   std::function<void(const std::string&)> on_bad_sample;
+  // Mixup / CutMix of each finished batch on its worker (data/batch_mixing.h); the batch's
+  // labels are then soft targets (B, classes) f32. Null: labels (B) i64.
+  std::shared_ptr<const BatchMixing> mixing;
 };
 
 struct LoaderStats {

@@ -19,6 +19,7 @@ LoaderOptions loader_options(const BatchSourceOptions& o) {
   LoaderOptions lo{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}};
   lo.seed = o.seed_for_draws;
   lo.max_bad_samples = o.max_bad_samples;
+  lo.mixing = o.mixing;
   lo.on_bad_sample = [](const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; };
   return lo;
 }

@@ -18,7 +18,7 @@ namespace vitddp {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // The next (images (B, C, H, W) f32, labels (B) i64) on the device.
+  // The next (images (B, C, H, W) f32, labels (B) i64 or soft targets (B, classes) f32) on the device.
   virtual Batch next() = 0;
   // Loader throughput (images/s it delivered), or 0 when no loader runs.
   virtual double loader_images_per_second() const { return 0.0; }
@@ -35,6 +35,7 @@ struct BatchSourceOptions {
   bool generate_on_gpu = false;  // --data gpu
   int64_t start_step = 0;        // to resume: the first next() returns global batch `start_step`
   int64_t max_bad_samples = 0;   // Note [Bad samples] in data/loader.h
+  std::shared_ptr<const BatchMixing> mixing;  // Mixup / CutMix of the loader's batches, or null
   // For generate_on_gpu: the image shape (C, H, W) and number of classes.
   Shape image_shape;
   int64_t num_classes = 0;

@@ -503,6 +503,8 @@ void TrainConfig::validate() const {
                mixup_alpha);
   VITDDP_CHECK(cutmix_alpha >= 0 && cutmix_alpha <= 1000, "--cutmix-alpha must be in [0, 1000] (0: off), got ",
                cutmix_alpha);
+  VITDDP_CHECK(!(data == "gpu" && mixup_alpha + cutmix_alpha > 0), "--mixup-alpha and --cutmix-alpha mix the "
+               "loader's batches; --data gpu makes its batches on the GPU without a loader");
   VITDDP_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
   VITDDP_CHECK(eval_every == 0 || !eval_data.empty(), "--eval-every needs --eval-data");
   VITDDP_CHECK(!(clip_grad_norm > 0 && update == "next-forward"), "--clip-grad-norm needs every gradient reduced "

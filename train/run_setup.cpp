@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ostream>
 
+#include "data/batch_mixing.h"
 #include "framework/core/devices.h"
 #include "framework/core/random.h"
 #include "framework/io/safetensors.h"
@@ -173,6 +174,10 @@ TrainingRun set_up_run(const TrainConfig& user_config, const RankEnvironment& en
   source.num_classes = run.model_config.num_classes;
   source.start_step = loader_start;
   source.max_bad_samples = run.dataset ? static_cast<int64_t>(c.bad_sample_limit * run.dataset->size()) : 0;
+  // Each rank its own draws, as each process of torchvision's reference script.
+  if (c.mixup_alpha + c.cutmix_alpha > 0)
+    source.mixing = std::make_shared<BatchMixing>(c.mixup_alpha, c.cutmix_alpha, run.model_config.num_classes,
+                                                  mix64(mix64(c.seed, 0x6d6978696e67ULL), static_cast<uint64_t>(env.rank)));
   run.batches = make_batch_source(run.dataset.get(), run.order, source);
   return run;
 }

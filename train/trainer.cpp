@@ -7,6 +7,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <sstream>
 #include <vector>
 
 #include "framework/core/allocator.h"
@@ -355,8 +356,22 @@ void Trainer::say_what_runs() {
   out_ << "training " << run_.model_config.name << " (" << result_.parameters << " parameters) on " << run_.device_name
        << ", batch " << config_.batch_size << ", " << config_.precision << ", " << total_ - run_.start_step << " steps"
        << (run_.start_step > 0 ? " (from step " + std::to_string(run_.start_step + 1) + ")" : std::string()) << ", "
-       << run_.optimizer->name() << " lr " << run_.schedule->describe() << ", data " << config_.data << "\n"
-       << std::flush;
+       << run_.optimizer->name() << " lr " << run_.schedule->describe() << ", data " << config_.data << "\n";
+  std::vector<std::string> recipe;
+  auto number = [](double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  };
+  if (config_.label_smoothing > 0) recipe.push_back("label smoothing " + number(config_.label_smoothing));
+  if (config_.clip_grad_norm > 0) recipe.push_back("gradient norm clipped at " + number(config_.clip_grad_norm));
+  if (config_.model_ema > 0) recipe.push_back("model EMA of decay " + number(config_.model_ema));
+  if (config_.mixup_alpha > 0) recipe.push_back("Mixup alpha " + number(config_.mixup_alpha));
+  if (config_.cutmix_alpha > 0) recipe.push_back("CutMix alpha " + number(config_.cutmix_alpha));
+  if (config_.mixup_alpha > 0 && config_.cutmix_alpha > 0) recipe.back() += " (one of the two per batch)";
+  for (size_t i = 0; i < recipe.size(); ++i) out_ << (i == 0 ? "recipe: " : ", ") << recipe[i];
+  if (!recipe.empty()) out_ << "\n";
+  out_ << std::flush;
 }
 
 void Trainer::evaluate(int64_t steps_done) {

@@ -13,6 +13,7 @@
 
 #include "common/parity_python.h"
 #include "common/test_utils.h"
+#include "data/batch_mixing.h"
 #include "framework/io/safetensors.h"
 #include "framework/nn/param_arena.h"
 #include "framework/ops/cross_entropy.h"
@@ -169,6 +170,47 @@ TEST(RecipeParity, EmaEqualsTorchvisionsAfterAHundredSteps) {
   dump.emplace_back("ema.matrix", ema.as_strided({7, 13}, {13, 1}, p.arena->offset_of(0)).clone());
   dump.emplace_back("ema.bias", ema.as_strided({13}, {1}, p.arena->offset_of(1)).clone());
   expect_parity("ema", dump, {{"names", "matrix,bias"}, {"steps", std::to_string(kSteps)}, {"decay", "0.9"}});
+}
+
+// One Mixup and one CutMix draw of BatchMixing against torchvision v2's definitions for the same
+// lam (and box centre); the box is partly outside the image, so the clipped area is tested too.
+TEST(RecipeParity, MixupAndCutmixEqualTorchvisionV2ForAFixedDraw) {
+  VITDDP_REQUIRE_PARITY_PYTHON();
+  constexpr int64_t kBatch = 5, kClasses = 7, kH = 12, kW = 16;
+  Generator gen(47);
+  const Tensor images = random_tensor({kBatch, 3, kH, kW}, gen, DType::kF32);
+  Tensor labels = Tensor::empty({kBatch}, DType::kI64);
+  for (int64_t i = 0; i < kBatch; ++i) labels.data<int64_t>()[i] = (3 * i + 1) % kClasses;
+  labels.data<int64_t>()[2] = labels.data<int64_t>()[1];  // a pair of equal labels
+  NamedTensors dump{{"images", images}, {"labels", labels}};
+  std::map<std::string, std::string> meta{{"classes", std::to_string(kClasses)}};
+
+  const BatchMixing mixup(0.2, 0.0, kClasses, 5);
+  Tensor mixed = images.clone(), targets = Tensor::empty({kBatch, kClasses}, DType::kF32);
+  const MixingDraw m = mixup.draw(3, kH, kW);
+  ASSERT_EQ(m.kind, MixingDraw::Kind::kMixup);
+  mixup.mix(m, mixed, labels, targets);
+  dump.emplace_back("mixup_images", mixed);
+  dump.emplace_back("mixup_targets", targets.clone());
+  meta["mixup_lam"] = decimal(m.lam);
+
+  const BatchMixing cutmix(0.0, 1.0, kClasses, 5);
+  MixingDraw c;
+  for (int64_t step = 0;; ++step) {  // a box clipped by the border, neither empty nor whole
+    c = cutmix.draw(step, kH, kW);
+    const bool clipped = c.x1 == 0 || c.y1 == 0 || c.x2 == kW || c.y2 == kH;
+    if (clipped && c.target_lam > 0.1 && c.target_lam < 0.9) break;
+    ASSERT_LT(step, 1000);
+  }
+  ASSERT_EQ(c.kind, MixingDraw::Kind::kCutmix);
+  mixed = images.clone();
+  cutmix.mix(c, mixed, labels, targets);
+  dump.emplace_back("cutmix_images", mixed);
+  dump.emplace_back("cutmix_targets", targets);
+  meta["cutmix_lam"] = decimal(c.lam);
+  meta["cutmix_rx"] = std::to_string(c.centre_x);
+  meta["cutmix_ry"] = std::to_string(c.centre_y);
+  expect_parity("mixup", dump, meta);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/multiprocess.h"
+#include "common/parity_python.h"
 #include "common/run_checks.h"
 #include "common/train_process.h"
 
@@ -58,6 +59,32 @@ TEST(RecipeCli, OneProcessResumesMidScheduleBitExact) {
 
 TEST(RecipeCli, ShardedUpdatesResumeMidScheduleBitExact) {
   expect_resume_mid_schedule(kTwoTinyGlooRanks + kRecipe + " --set update=sharded");
+}
+
+// The digits as JPEG files (scripts/make_digits_dataset.py): a folder, and tar shards.
+std::string make_digits(const testing::TempFolder& dir) {
+  const std::string made = testing::run_script(std::string(VITDDP_SOURCE_DIR) + "/scripts/make_digits_dataset.py",
+                                               dir.path() + " --shards 3");
+  EXPECT_EQ(made.rfind("OK\n", 0), 0u) << made;
+  return dir.path();
+}
+
+const std::string kMixing = " --mixup-alpha 0.2 --cutmix-alpha 1.0";
+
+// Resumed from step 6 of 10 with batches of 8, the loader is mid-epoch in the file order, the
+// random crops and the Mixup/CutMix draws: the weights and EMA come out byte for byte.
+TEST(RecipeCli, AJpegFolderWithMixupResumesMidEpochBitExact) {
+  VITDDP_REQUIRE_PARITY_PYTHON();
+  testing::TempFolder data("vitddp_recipe_digits");
+  expect_resume_mid_schedule("--model vit_tiny --batch-size 8 --set workers=3 --print-every 0 --data " +
+                             make_digits(data) + "/train" + kRecipe + kMixing);
+}
+
+TEST(RecipeCli, TarShardsWithMixupResumeMidEpochBitExactOnTwoRanks) {
+  VITDDP_REQUIRE_PARITY_PYTHON();
+  testing::TempFolder data("vitddp_recipe_shards");
+  expect_resume_mid_schedule("--procs 2 --model vit_tiny --batch-size 8 --set workers=2 --bucket-mb 0.05 "
+                             "--print-every 0 --data " + make_digits(data) + "/train-shards" + kRecipe + kMixing);
 }
 
 // Note [Clipping sharded updates]: the norm summed over the ranks' parts scales every update as
