@@ -15,36 +15,49 @@ namespace {
 constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 // A TurboJPEG decompressor per thread: creating one costs more than a small image's header.
-tjhandle thread_decompressor() {
-  struct Handle {
-    tjhandle h = tjInitDecompress();
-    ~Handle() {
-      if (h) tjDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  if (!handle.h) throw Error("libjpeg-turbo: cannot create a decompressor");
-  return handle.h;
+// After a failed decode the handle is replaced: TurboJPEG stopped on a warning leaves its
+// decompressor mid-image, and the next header read from it gives a size of 0.
+struct ThreadDecompressor {
+  tjhandle h = tjInitDecompress();
+  ~ThreadDecompressor() {
+    if (h) tjDestroy(h);
+  }
+  void replace() {
+    if (h) tjDestroy(h);
+    h = tjInitDecompress();
+  }
+};
+
+ThreadDecompressor& thread_decompressor() {
+  thread_local ThreadDecompressor d;
+  if (!d.h) d.replace();
+  if (!d.h) throw Error("libjpeg-turbo: cannot create a decompressor");
+  return d;
 }
 
-std::string jpeg_error(tjhandle h) { return std::string("corrupt JPEG (") + tjGetErrorStr2(h) + ")"; }
+// A failed sample's error, the handle replaced for the next one.
+BadSample jpeg_failure(ThreadDecompressor& d) {
+  BadSample e(std::string("corrupt JPEG (") + tjGetErrorStr2(d.h) + ")");
+  d.replace();
+  return e;
+}
 
 struct JpegHeader {
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
 };
 
-JpegHeader jpeg_header(tjhandle h, const uint8_t* data, size_t size) {
+JpegHeader jpeg_header(ThreadDecompressor& d, const uint8_t* data, size_t size) {
   JpegHeader j;
-  if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &j.width, &j.height, &j.subsampling,
+  if (tjDecompressHeader3(d.h, data, static_cast<unsigned long>(size), &j.width, &j.height, &j.subsampling,
                           &j.colorspace) != 0)
-    throw BadSample(jpeg_error(h));
+    throw jpeg_failure(d);
   if (j.width <= 0 || j.height <= 0) throw BadSample("corrupt JPEG (size 0)");
   return j;
 }
 
 RgbImage decode_jpeg(const uint8_t* data, size_t size, int min_w, int min_h, double* scale_out) {
-  tjhandle h = thread_decompressor();
-  const JpegHeader j = jpeg_header(h, data, size);
+  ThreadDecompressor& d = thread_decompressor();
+  const JpegHeader j = jpeg_header(d, data, size);
   // The smallest DCT scaling that keeps what the caller needs (factors come largest first).
   int n = 0;
   const tjscalingfactor* factors = tjGetScalingFactors(&n);
@@ -74,9 +87,9 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, int min_w, int min_h, dou
     out = img.pixels.data();
   }
   // Warnings (a truncated file's "premature end") fail the sample, as PIL's "image file is truncated".
-  if (tjDecompress2(h, data, static_cast<unsigned long>(size), out, img.width, 0, img.height, pixel_format,
+  if (tjDecompress2(d.h, data, static_cast<unsigned long>(size), out, img.width, 0, img.height, pixel_format,
                     TJFLAG_STOPONWARNING) != 0)
-    throw BadSample(jpeg_error(h));
+    throw jpeg_failure(d);
   if (cmyk) {  // Adobe's inverted CMYK, as PIL converts it: RGB = C K / 255 of the stored values
     img.pixels.resize(static_cast<size_t>(img.width) * img.height * 3);
     for (size_t p = 0; p < static_cast<size_t>(img.width) * img.height; ++p) {
