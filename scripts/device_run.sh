@@ -10,6 +10,7 @@
 #   GPU_TESTS=1      ctest -L gpu (GPU_TEST_FILTER=regex picks some; each stops after 180 s)
 #   BENCH=1          one GPU against PyTorch eager and torch.compile: scripts/bench_single_gpu.sh
 #   LOSS_CURVE=1     bf16 and tf32 loss curves against fp32's: scripts/loss_curve_check.sh
+#   JPEG=1           JPEG files at the GPU's pace: scripts/jpeg_bench.sh
 #   SWEEP="f.json"   train bench --sweep FILE for each (REFERENCE=1: PyTorch's rows beside ours)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,10 @@ if [ "${BENCH:-0}" = 1 ]; then
     bash scripts/bench_single_gpu.sh build-gpu \
     .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-bf16 tf32 fp32}
   stamp "bench done"
+fi
+if [ "${JPEG:-0}" = 1 ]; then
+  OUT="$OUT" bash scripts/jpeg_bench.sh build-gpu "${JPEG_IMAGES:-8000}" | tail -6
+  stamp "jpeg done"
 fi
 if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu "${LOSS_STEPS:-100}" | tail -8

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "train/dataset_factory.h"
 #include "train/graphed_step.h"
 
 namespace vitddp {
@@ -98,7 +99,12 @@ std::vector<ChosenSetting> choose_settings(const RunFacts& f, TrainConfig* confi
   }
 
   // Loader threads: batches depend on the step alone, so their number only sets the pace.
-  if (c.data != "gpu") {
+  // Decoding JPEGs takes every CPU a GPU has (one core decodes a sixth of what an H200 trains
+  // on); in-memory data needs a few.
+  if (decodes_images(c.data)) {
+    choose.set("workers", c.workers, std::clamp(f.cpus_per_rank, 1, 64),
+               std::to_string(f.cpus_per_rank) + " CPU(s) per rank, each decoding images");
+  } else if (c.data != "gpu") {
     const int cap = f.gpu ? 8 : 4;
     choose.set("workers", c.workers, std::clamp(f.cpus_per_rank, 1, cap),
                std::to_string(f.cpus_per_rank) + " CPU(s) per rank, at most " + std::to_string(cap));

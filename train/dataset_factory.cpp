@@ -62,6 +62,12 @@ DataSource open_data(const std::string& flag, const std::string& spec, const Vit
 
 }  // namespace
 
+bool decodes_images(const std::string& spec) {
+  if (spec == "synthetic" || spec == "learnable" || spec == "gpu" || ends_with(spec, ".safetensors")) return false;
+  std::error_code ec;
+  return names_tar_shards(spec) || std::filesystem::is_directory(spec, ec);
+}
+
 DataSource make_train_data(const TrainConfig& c, const VitConfig& m, int rank, int world) {
   DataSource d = open_data("--data", c.data, m, /*train=*/true, c, {});
   if (auto* shards = dynamic_cast<const TarShardDataset*>(d.dataset.get())) {

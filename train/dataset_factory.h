@@ -29,6 +29,9 @@ struct DataSource {
   std::string kind;                          // "synthetic", "tensors", "shards", "image folder"
 };
 
+// Whether `spec` names image files to decode (a folder or tar shards), not tensors or synthetic.
+bool decodes_images(const std::string& spec);
+
 // --data for rank `rank` of `world`. --data gpu is an error here (its batches are made on the GPU).
 DataSource make_train_data(const TrainConfig& config, const VitConfig& model, int rank, int world);
 // --eval-data: every sample once over the ranks (StridedOrder), the eval preset, an image

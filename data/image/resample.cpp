@@ -100,15 +100,21 @@ RgbImage resample_bilinear(const RgbImage& src, const ResampleBox& box, int out_
   dst.width = w.width;
   dst.height = w.height;
   dst.pixels.resize(static_cast<size_t>(w.width) * w.height * 3);
+  // Vertical pass, a row of sums at a time so the inner loop runs along memory (integer sums:
+  // the order does not change them).
+  const int row_len = w.width * 3;
+  std::vector<int> sums(static_cast<size_t>(row_len));
   for (int o = 0; o < w.height; ++o) {
     const int* k = vert.weights.data() + static_cast<size_t>(o) * vert.ksize;
     const int first = vert.start[o] - row_first;
-    uint8_t* out = dst.pixels.data() + static_cast<size_t>(o) * w.width * 3;
-    for (int x = 0; x < w.width * 3; ++x) {
-      int s = 1 << (kPrecisionBits - 1);
-      for (int y = 0; y < vert.count[o]; ++y) s += temp[static_cast<size_t>(first + y) * w.width * 3 + x] * k[y];
-      out[x] = clip8(s);
+    std::fill(sums.begin(), sums.end(), 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < vert.count[o]; ++y) {
+      const uint8_t* in = temp.data() + static_cast<size_t>(first + y) * row_len;
+      const int weight = k[y];
+      for (int x = 0; x < row_len; ++x) sums[x] += in[x] * weight;
     }
+    uint8_t* out = dst.pixels.data() + static_cast<size_t>(o) * row_len;
+    for (int x = 0; x < row_len; ++x) out[x] = clip8(sums[x]);
   }
   return dst;
 }
