@@ -38,7 +38,7 @@ if [ -n "${BEFORE:-}" ]; then
   stamp "speed done"
 fi
 if [ "${GPU_TESTS:-0}" = 1 ]; then
-  (cd build-gpu && timeout "${GPU_TEST_BUDGET:-400}" ctest -L gpu --timeout 180 ${GPU_TEST_FILTER:+-R "$GPU_TEST_FILTER"} \
+  (cd build-gpu && timeout "${GPU_TEST_BUDGET:-400}" ctest -L gpu --timeout 180 --output-on-failure ${GPU_TEST_FILTER:+-R "$GPU_TEST_FILTER"} \
     > "$OUT/gpu_tests.log" 2>&1)
   stamp "gpu tests exit $?"
   grep -E "loss torchvision|gradients compared" "$OUT/gpu_tests.log"

@@ -44,6 +44,7 @@ struct ShardedUpdate::Streams {
 #if VITDDP_WITH_CUDA
   cuda::Stream update;
   cuda::Event done;
+  cuda::Event joined;  // the compute stream, for the update stream to wait on
 #endif
 };
 
@@ -70,6 +71,7 @@ ShardedUpdate::ShardedUpdate(Reducer& reducer, ProcessGroup& group, Optimizer& o
     // Below the compute streams: the updates take the SMs backward leaves idle.
     streams_->update = cuda::Stream::create(arena.device().index, cuda::background_priority());
     streams_->done = cuda::Event::create();
+    streams_->joined = cuda::Event::create();
 #else
     throw Error("sharded updates on a GPU need a CUDA build");
 #endif
@@ -190,7 +192,14 @@ void ShardedUpdate::clip_and_update_all() {
   {
 #if VITDDP_WITH_CUDA
     std::optional<cuda::StreamGuard> on_update;
-    if (streams_) on_update.emplace(streams_->update.get());
+    if (streams_) {
+      // The update stream follows the compute stream before its first kernel here: under a
+      // capture, a stream that has not waited on a captured one runs its kernels at once
+      // instead of recording them, and the replays would not reset the sum of squares.
+      streams_->joined.record(cuda::current_stream());
+      streams_->joined.block(streams_->update.get());
+      on_update.emplace(streams_->update.get());
+    }
 #endif
     clip.begin();
     for (size_t b = 0; b < reducer_.buckets().size(); ++b) {
