@@ -15,8 +15,8 @@ python3 "$(dirname "$0")/make_imagenet_like.py" "$data" --images "$images" --cla
 results="$out/jpeg.jsonl"
 : > "$results"
 cpus=$(nproc)
-for batch in 32 256; do
-  "$build/bin/train" bench loader --data "$data" --model vit_l_32 --batch-size "$batch" --steps 60 \
+for batch in 32 256; do  # about 20,000 timed images each
+  "$build/bin/train" bench loader --data "$data" --model vit_l_32 --batch-size "$batch" --steps $((20480 / batch)) \
     --set workers="$cpus" --json 2>&1 | tee -a "$out/jpeg.log" | grep '^{' >> "$results" || echo "bench loader failed"
 done
 for src in gpu "$data"; do

@@ -45,6 +45,11 @@ std::string LoaderBenchResult::summary() const {
   return s.str();
 }
 
+namespace {
+// A next() that took this long waited for a worker: nothing was built ahead.
+constexpr double kWaitedSeconds = 2e-4;
+}  // namespace
+
 LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model) {
   DataSource data = make_train_data(config, model, 0, 1);
   LoaderOptions loader_options;
@@ -62,12 +67,20 @@ LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model
   r.image_size = model.image_size;
   r.batch_size = config.batch_size;
   r.workers = config.workers;
-  // --steps batches in all, as training takes them; the first untimed-steps ones fill the pipeline.
-  r.untimed_batches = std::min(config.untimed_steps, config.steps - 1);
-  for (int64_t i = 0; i < r.untimed_batches; ++i) loader.next();
+  // --steps batches are timed after the untimed ones, which fill the pipeline and then drain
+  // the batches built ahead: timing starts once a next() had to wait for its batch, so the
+  // workers' head start does not count as their pace (without workers there is none).
+  r.untimed_batches = 0;
+  const int64_t most_untimed = config.untimed_steps + 4 * std::max(8, 2 * config.workers);
+  for (bool waited = config.workers == 0; r.untimed_batches < config.untimed_steps || (!waited && r.untimed_batches < most_untimed);
+       ++r.untimed_batches) {
+    const double wait_before = loader.stats().wait_seconds;
+    loader.next();
+    waited = waited || loader.stats().wait_seconds - wait_before > kWaitedSeconds;
+  }
   const LoaderStats before = loader.stats();
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = r.untimed_batches; i < config.steps; ++i) loader.next();
+  for (int64_t i = 0; i < config.steps; ++i) loader.next();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const LoaderStats after = loader.stats();
   r.batches = after.batches - before.batches;

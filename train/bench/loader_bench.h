@@ -1,8 +1,9 @@
 // `train bench loader [training flags]`: the data loader alone, built as a training run with the
 // same flags builds it (--data, the model's image size, --batch-size, --seed, and the expert keys
 // dataset-size and workers), without a model or a GPU: images and batches per second over --steps
-// batches, the first untimed-steps of them untimed: the rate a training step would have to beat
-// for the loader to hold it up.
+// batches, timed after untimed-steps batches and those the workers had built ahead (timing starts
+// at the first batch next() waited for): the rate a training step would have to beat for the
+// loader to hold it up.
 //
 //   train bench loader --model vit_l_32 --set workers=8        # ViT-L/32's 224x224 synthetic images
 //   train bench loader --model vit_l_32 --data train.safetensors --json
@@ -34,7 +35,7 @@ struct LoaderBenchResult {
   std::string summary() const;  // one line
 };
 
-// Runs the loader of `config` for `model`: config.steps batches, the first untimed-steps untimed.
+// Runs the loader of `config` for `model`: config.steps timed batches after the untimed ones.
 LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model);
 
 // The subcommand: parses the training flags after "bench loader", refuses those that do not
