@@ -23,15 +23,16 @@ declare -A seeds=(
   [safetensors]="tests/data/corpus/safetensors tests/data/corpus/safetensors_ok"
   [config_json]="configs configs/sweeps"
   [checkpoint_record]="tests/fuzz/seeds/checkpoint_record"
+  [image_decode]="tests/fuzz/seeds/image_decode"
 )
 # All targets at once: on CI's 2 cores the step takes about $seconds s, not three times that.
 pids=()
-for name in safetensors config_json checkpoint_record; do
+for name in safetensors config_json checkpoint_record image_decode; do
   corpus="$build_dir/corpus/$name"
   crashes="$build_dir/crashes/$name"
   mkdir -p "$corpus" "$crashes"
   dict=()
-  [ "$name" != safetensors ] && dict=(-dict=tests/fuzz/json.dict)
+  [[ $name == config_json || $name == checkpoint_record ]] && dict=(-dict=tests/fuzz/json.dict)
   echo "fuzz: $name for $seconds s"
   # shellcheck disable=SC2086
   "$build_dir/fuzz/vitddp_fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
@@ -41,7 +42,7 @@ for name in safetensors config_json checkpoint_record; do
 done
 failed=()
 i=0
-for name in safetensors config_json checkpoint_record; do
+for name in safetensors config_json checkpoint_record image_decode; do
   if ! wait "${pids[$i]}"; then
     failed+=("$name")
     echo "fuzz: $name FAILED; the end of its log ($build_dir/fuzz_$name.log):"

@@ -56,7 +56,8 @@ DataSource open_data(const std::string& flag, const std::string& spec, const Vit
   VITDDP_CHECK(d.dataset->image_shape() == want, flag, " ", spec, ": images are ", shape_str(d.dataset->image_shape()),
                " but the model takes ", shape_str(want));
   VITDDP_CHECK(d.dataset->num_classes() <= m.num_classes, flag, " ", spec, ": labels go up to ",
-               d.dataset->num_classes() - 1, " but the model has ", m.num_classes, " classes");
+               d.dataset->num_classes() - 1, " but the model has ", m.num_classes, " classes (--set classes=",
+               d.dataset->num_classes(), " gives it as many)");
   return d;
 }
 
