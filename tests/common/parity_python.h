@@ -37,4 +37,10 @@ inline std::string run_parity_script(const std::string& script, const std::strin
   return run_script(std::string(VITDDP_SOURCE_DIR) + "/tests/python/" + script, args);
 }
 
+// scikit-learn's digits as JPEG folders under `dir` (and tar shards with "--shards N"):
+// scripts/make_digits_dataset.py, as run_script.
+inline std::string make_digits_dataset(const std::string& dir, const std::string& args = "") {
+  return run_script(std::string(VITDDP_SOURCE_DIR) + "/scripts/make_digits_dataset.py", dir + " " + args);
+}
+
 }  // namespace vitddp::testing

@@ -14,8 +14,7 @@ namespace {
 TEST(Convergence, ASmallVitLearnsTheDigitsOnTwoGlooRanks) {
   VITDDP_REQUIRE_PARITY_PYTHON();
   testing::TempFolder dir("vitddp_digits");
-  const std::string made = testing::run_script(std::string(VITDDP_SOURCE_DIR) + "/scripts/make_digits_dataset.py",
-                                               dir.path());
+  const std::string made = testing::make_digits_dataset(dir.path());
   ASSERT_EQ(made.rfind("OK\n", 0), 0u) << made;
   const testing::TrainOutcome o = testing::run_train(
       "", "--config " + std::string(VITDDP_SOURCE_DIR) + "/configs/digits_vit.json --procs 2 --data " + dir.path() +

@@ -32,8 +32,7 @@ void make_eval_folder(const fs::path& val, const fs::path& out) {
 TEST(EvaluationCli, CountsAreTheSameOnOneTwoAndThreeRanksAndTorchvisions) {
   VITDDP_REQUIRE_PARITY_PYTHON();
   testing::TempFolder dir("vitddp_eval");
-  const std::string made = testing::run_script(std::string(VITDDP_SOURCE_DIR) + "/scripts/make_digits_dataset.py",
-                                               dir.path());
+  const std::string made = testing::make_digits_dataset(dir.path());
   ASSERT_EQ(made.rfind("OK\n", 0), 0u) << made;
   make_eval_folder(dir / "val", dir / "eval101");
   const std::string model = "--model vit_tiny --set layers=4 --set hidden-dim=128 --set mlp-dim=256 --print-every 0 --data " +

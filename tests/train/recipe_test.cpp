@@ -63,8 +63,7 @@ TEST(RecipeCli, ShardedUpdatesResumeMidScheduleBitExact) {
 
 // The digits as JPEG files (scripts/make_digits_dataset.py): a folder, and tar shards.
 std::string make_digits(const testing::TempFolder& dir) {
-  const std::string made = testing::run_script(std::string(VITDDP_SOURCE_DIR) + "/scripts/make_digits_dataset.py",
-                                               dir.path() + " --shards 3");
+  const std::string made = testing::make_digits_dataset(dir.path(), "--shards 3");
   EXPECT_EQ(made.rfind("OK\n", 0), 0u) << made;
   return dir.path();
 }
