@@ -48,7 +48,8 @@ void add_batch(const Tensor& logits_f32, const Tensor& labels, Sums& s) {
 
 nlohmann::json EvalResult::to_json() const {
   return {{"after_step", after_step}, {"samples", samples}, {"correct1", correct1}, {"correct5", correct5},
-          {"loss", loss},             {"top1", top1()},     {"top5", top5()},         {"on_ema", on_ema}};
+          {"loss", loss},             {"top1", top1()},     {"top5", top5()},         {"on_ema", on_ema},
+          {"train_seconds", train_seconds}};
 }
 
 std::string EvalResult::summary() const {

@@ -22,6 +22,9 @@ struct EvalResult {
   int64_t correct1 = 0, correct5 = 0;
   double loss = 0;         // mean cross-entropy, no label smoothing
   bool on_ema = false;
+  // This process's training time up to the evaluation (from its first step; evaluations left
+  // out): the time to an accuracy (train/bench/accuracy.h).
+  double train_seconds = 0;
   double top1() const { return samples ? static_cast<double>(correct1) / samples : 0.0; }
   double top5() const { return samples ? static_cast<double>(correct5) / samples : 0.0; }
   nlohmann::json to_json() const;

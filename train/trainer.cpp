@@ -99,6 +99,8 @@ class Trainer {
   std::unique_ptr<GraphedStep> graphed_;  // --cuda-graph; null when off or not possible
   std::unique_ptr<Evaluator> evaluator_;  // --eval-data; null without
   double eval_seconds_ = 0;               // evaluations between timed steps
+  double all_eval_seconds_ = 0;           // every evaluation so far
+  std::chrono::steady_clock::time_point train_start_;  // the first step's start
   StepObservers observers_;
   StepTracer* tracer_ = nullptr;  // --trace: one of the observers, until finish_trace()
   Tensor stop_flag_;              // summed over ranks each step (DDP only)
@@ -157,6 +159,7 @@ RunResult Trainer::train() {
   say_what_runs();
   const StopSignalScope stop_signals;
   int64_t stopped_after = -1;
+  train_start_ = std::chrono::steady_clock::now();
   for (int64_t step = run_.start_step; step < total_; ++step) {
     if (step == timed_first_) {
       allocator_.reset_peak(run_.device.index);
@@ -376,8 +379,10 @@ void Trainer::say_what_runs() {
 
 void Trainer::evaluate(int64_t steps_done) {
   const auto start = std::chrono::steady_clock::now();
-  const EvalResult r = evaluator_->evaluate(steps_done);
+  EvalResult r = evaluator_->evaluate(steps_done);
+  r.train_seconds = std::chrono::duration<double>(start - train_start_).count() - all_eval_seconds_;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  all_eval_seconds_ += seconds;
   if (steps_done > timed_first_ && steps_done < total_) eval_seconds_ += seconds;
   result_.evals.push_back(r.to_json());
   out_ << r.summary() << "\n" << std::flush;

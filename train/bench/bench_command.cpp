@@ -233,6 +233,18 @@ Outcome median_launch(std::vector<Outcome> launches) {
   return median;
 }
 
+// The accuracy of a run over its launches (each seed, each round), when they evaluated: see
+// Note [Accuracy beside speed] in train/bench/accuracy.h.
+std::optional<AccuracySummary> accuracy_of(const SweepRun& run, const std::vector<Outcome>& launches) {
+  std::vector<std::vector<EvalPoint>> per_seed;
+  for (const Outcome& o : launches)
+    if (o.row.failure.empty() && !o.stopped && o.result.is_object() && o.result.contains("evals") &&
+        o.result["evals"].is_array() && !o.result["evals"].empty())
+      per_seed.push_back(evals_of(o.result, run.label));
+  if (per_seed.empty()) return std::nullopt;
+  return summarize_accuracy(per_seed, run.target);
+}
+
 // Note [Speedups beside the reference]
 // Every system is measured against its own baseline row: our rows against our "baseline" run,
 // the pytorch rows against the reference's run of the same configuration. Speedup and scaling
@@ -262,18 +274,29 @@ int run_sweep(const SweepOptions& opt) {
   auto numbered = [&](size_t i) { return "[" + std::to_string(i + 1) + "/" + std::to_string(n) + "] "; };
   // Each run's files: OUT/NN-label.log (stderr), .trace.json (its --trace: exposed communication);
   // with --repeat, OUT/NN-label.rK.* for launch K.
-  auto run_prefix = [&](size_t i, int launch) {
+  // A run with "seeds" launches once per seed: OUT/NN-label[.rK].sS.*, with --seed S.
+  auto seeds_of = [&](size_t i) {
+    const std::vector<int64_t>& seeds = sweep.runs[i].seeds;
+    return seeds.empty() ? std::vector<std::optional<int64_t>>{std::nullopt}
+                         : std::vector<std::optional<int64_t>>(seeds.begin(), seeds.end());
+  };
+  auto run_prefix = [&](size_t i, int launch, std::optional<int64_t> seed) {
     return (fs::path(out_dir) / ((i < 9 ? "0" : "") + std::to_string(i + 1) + "-" + slug(sweep.runs[i].label) +
-                                 (opt.repeat > 1 ? ".r" + std::to_string(launch + 1) : "")))
+                                 (opt.repeat > 1 ? ".r" + std::to_string(launch + 1) : "") +
+                                 (seed ? ".s" + std::to_string(*seed) : "")))
         .string();
   };
-  auto train_argv = [&](size_t i, int launch) {
+  auto train_argv = [&](size_t i, int launch, std::optional<int64_t> seed) {
     std::vector<std::string> argv = {self};
     for (const std::string& a : sweep.runs[i].to_args(is_public_flag)) argv.push_back(a);
+    if (seed) {
+      argv.push_back("--seed");
+      argv.push_back(std::to_string(*seed));
+    }
     argv.push_back("--json");
     if (opt.trace) {
       argv.push_back("--trace");
-      argv.push_back(run_prefix(i, launch) + ".trace.json");
+      argv.push_back(run_prefix(i, launch, seed) + ".trace.json");
     }
     return argv;
   };
@@ -284,7 +307,9 @@ int run_sweep(const SweepOptions& opt) {
               << sweep.runs[sweep.baseline].label << "\", out dir " << out_dir << " (dry run: nothing runs)\n";
     for (size_t i = 0; i < n; ++i) {
       const SweepRun& run = sweep.runs[i];
-      std::cout << numbered(i) << run.label << "\n  " << shell_command(run.env, train_argv(i, 0)) << "\n";
+      std::cout << numbered(i) << run.label << (run.target ? " (target " + run.target->describe() + ")" : "") << "\n";
+      for (const std::optional<int64_t>& seed : seeds_of(i))
+        std::cout << "  " << shell_command(run.env, train_argv(i, 0, seed)) << "\n";
       if (!opt.reference.empty()) {
         ReferenceCommand ref = reference_command(run, defaults, opt.reference);
         std::cout << "  pytorch: "
@@ -323,19 +348,26 @@ int run_sweep(const SweepOptions& opt) {
     const std::string round = opt.repeat > 1 ? "round " + std::to_string(launch + 1) + "/" + std::to_string(opt.repeat) + " " : "";
     for (size_t i = 0; i < n && stop_signal() == 0; ++i) {
       const SweepRun& run = sweep.runs[i];
-      const std::string prefix = run_prefix(i, launch);
       ChildOptions child;
-      child.argv = train_argv(i, launch);
-      child.env = run.env;
-      child.stderr_path = prefix + ".log";
-      child.time_limit = limit;
-      child.stop_request = &stop_signal_flag();
-      std::cerr << round << numbered(i) << run.label << " ... " << std::flush;
-      ChildResult r = run_child(child);
-      Outcome o = outcome_of(run.label, run.workers(), r, opt.run_timeout);
-      std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
-      used_gpu = used_gpu || (o.result.is_object() && o.result.value("device", std::string()).rfind("cuda", 0) == 0);
-      our_launches[i].push_back(o);
+      std::string prefix;
+      for (const std::optional<int64_t>& seed : seeds_of(i)) {
+        if (stop_signal() != 0) break;
+        prefix = run_prefix(i, launch, seed);
+        child = ChildOptions();
+        child.argv = train_argv(i, launch, seed);
+        child.env = run.env;
+        child.stderr_path = prefix + ".log";
+        child.time_limit = limit;
+        child.stop_request = &stop_signal_flag();
+        std::cerr << round << numbered(i) << run.label << (seed ? " (seed " + std::to_string(*seed) + ")" : "")
+                  << " ... " << std::flush;
+        ChildResult r = run_child(child);
+        Outcome o = outcome_of(run.label, run.workers(), r, opt.run_timeout);
+        std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")")
+                  << "\n";
+        used_gpu = used_gpu || (o.result.is_object() && o.result.value("device", std::string()).rfind("cuda", 0) == 0);
+        our_launches[i].push_back(o);
+      }
 
       if (!with_reference || stop_signal() != 0) continue;
       ReferenceCommand ref = reference_command(run, defaults, opt.reference);
@@ -346,8 +378,8 @@ int run_sweep(const SweepOptions& opt) {
       child.argv = ref.argv;
       child.stderr_path = prefix + ".pytorch.log";
       std::cerr << "      pytorch ... " << std::flush;
-      r = run_child(child);
-      o = outcome_of(run.label + " (pytorch)", ref.gpus, r, opt.run_timeout);
+      ChildResult r = run_child(child);
+      Outcome o = outcome_of(run.label + " (pytorch)", ref.gpus, r, opt.run_timeout);
       std::cerr << describe(o, r.seconds) << (o.row.failure.empty() ? "" : " (log: " + child.stderr_path + ")") << "\n";
       if (o.result.is_object() && o.result.contains("torch") && o.result["torch"].is_string())
         torch_version = o.result["torch"].get<std::string>();
@@ -359,7 +391,8 @@ int run_sweep(const SweepOptions& opt) {
   std::vector<BenchRow> ours;
   std::vector<std::optional<BenchRow>> theirs;  // per run: the pytorch row, when one ran
   for (size_t i = 0; i < n && !our_launches[i].empty(); ++i) {
-    const Outcome mine = median_launch(our_launches[i]);
+    Outcome mine = median_launch(our_launches[i]);
+    if (mine.row.failure.empty()) mine.row.accuracy = accuracy_of(sweep.runs[i], our_launches[i]);
     ours.push_back(mine.row);
     theirs.emplace_back();
     if (!their_launches[i].empty()) {
@@ -404,6 +437,11 @@ int run_sweep(const SweepOptions& opt) {
                                           ", each against its own run of the baseline"});
   header.push_back({"exposed comm", opt.trace ? "from the step trace; n/a where the run did not report it"
                                               : "n/a: runs not traced (--trace=false)"});
+  if (std::any_of(ours.begin(), ours.end(), [](const BenchRow& r) { return r.accuracy.has_value(); }))
+    header.push_back({"accuracy", "eval top-1 and loss of each seed's last evaluation, median (range) over seeds; to "
+                                  "target: the seeds that reached it, median steps and training seconds; \"same\" when "
+                                  "the median top-1 lies in the baseline's range over its seeds, \"misses\" when a "
+                                  "seed missed the target (Note [Accuracy beside speed])"});
   if (stopped_by != 0)
     header.push_back({"note", "interrupted by signal " + std::to_string(stopped_by) + "; later runs did not run" +
                                   (opt.repeat > 1 ? " (rows from the launches that finished)" : "")});

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace vitddp::bench {
@@ -155,6 +156,100 @@ std::string throughput_chart_svg(const std::string& title, const std::vector<Tab
     svg += "  <text class=\"value\" x=\"" + num(x_text) + "\" y=\"" + num(y + bar_h / 2.0 + 5) +
            "\" font-size=\"13\" fill=\"#1a202c\">" + value +
            (failed ? std::string() : " \u00b7 <tspan font-weight=\"bold\">" + speedup + "</tspan>") + "</text>\n";
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string accuracy_chart_svg(const std::string& title, const std::vector<TableRow>& rows) {
+  std::vector<const TableRow*> shown;
+  for (const TableRow& t : rows)
+    if (t.row.accuracy && t.row.failure.empty()) shown.push_back(&t);
+  const int width = 1120, height = 560, top = 96, panel_h = 360, gap = 90;
+  const int left1 = 80, panel_w = (width - left1 - gap - 200) / 2, left2 = left1 + panel_w + gap;
+  double max_images = 0, min_top1 = 1, max_steps = 1;
+  std::optional<double> target;
+  for (const TableRow* t : shown) {
+    const AccuracySummary& a = *t->row.accuracy;
+    max_images = std::max(max_images, t->row.images_per_s);
+    min_top1 = std::min(min_top1, a.top1.min);
+    for (const auto& curve : a.curves)
+      for (const EvalPoint& p : curve) {
+        max_steps = std::max(max_steps, static_cast<double>(p.after_step));
+        min_top1 = std::min(min_top1, p.top1);
+      }
+    if (a.target && a.target->metric == "eval_top1") target = a.target->value;
+  }
+  if (target) min_top1 = std::min(min_top1, *target);
+  const AxisScale xs = nice_axis(max_images), ss = nice_axis(max_steps);
+  const double y_lo = std::max(0.0, std::floor(min_top1 * 10.0 - 1e-9) / 10.0);
+  auto y_of = [&](double v) { return top + panel_h * (1.0 - std::clamp((v - y_lo) / (1.0 - y_lo), 0.0, 1.0)); };
+  auto x1_of = [&](double v) { return left1 + panel_w * std::clamp(v / xs.max, 0.0, 1.0); };
+  auto x2_of = [&](double v) { return left2 + panel_w * std::clamp(v / ss.max, 0.0, 1.0); };
+
+  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
+         std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
+         "\" font-family=\"" + kFont + "\">\n";
+  svg += "  <rect x=\"0\" y=\"0\" width=\"" + std::to_string(width) + "\" height=\"" + std::to_string(height) +
+         "\" fill=\"#ffffff\"/>\n";
+  svg += "  <text x=\"24\" y=\"34\" font-size=\"20\" font-weight=\"bold\" fill=\"#1a202c\">" + xml_escape(title) +
+         "</text>\n";
+  svg += "  <text x=\"24\" y=\"56\" font-size=\"13\" fill=\"#4a5568\">Left: throughput against the eval top-1 "
+         "reached (median over seeds, bar: their range; hollow: a seed missed the target). Right: eval top-1 "
+         "against steps, a line per seed</text>\n";
+  // Axes and grids of both panels.
+  for (double v = y_lo; v <= 1.0 + 1e-9; v += 0.1) {
+    for (int panel = 0; panel < 2; ++panel) {
+      const int l = panel == 0 ? left1 : left2;
+      svg += "  <line x1=\"" + std::to_string(l) + "\" y1=\"" + num(y_of(v)) + "\" x2=\"" + std::to_string(l + panel_w) +
+             "\" y2=\"" + num(y_of(v)) + "\" stroke=\"#d8dee6\" stroke-width=\"1\"/>\n";
+      svg += "  <text x=\"" + std::to_string(l - 8) + "\" y=\"" + num(y_of(v) + 4) +
+             "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"end\">" + num(100 * v, 0) + "%</text>\n";
+    }
+  }
+  for (double v = 0; v <= xs.max + xs.step * 1e-6; v += xs.step)
+    svg += "  <text x=\"" + num(x1_of(v)) + "\" y=\"" + std::to_string(top + panel_h + 20) +
+           "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"middle\">" + grouped(v, xs.step < 1 ? 1 : 0) + "</text>\n";
+  for (double v = 0; v <= ss.max + ss.step * 1e-6; v += ss.step)
+    svg += "  <text x=\"" + num(x2_of(v)) + "\" y=\"" + std::to_string(top + panel_h + 20) +
+           "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"middle\">" + grouped(v, 0) + "</text>\n";
+  svg += "  <text x=\"" + num(left1 + panel_w / 2.0) + "\" y=\"" + std::to_string(top + panel_h + 44) +
+         "\" font-size=\"13\" fill=\"#2d3748\" text-anchor=\"middle\">images / s</text>\n";
+  svg += "  <text x=\"" + num(left2 + panel_w / 2.0) + "\" y=\"" + std::to_string(top + panel_h + 44) +
+         "\" font-size=\"13\" fill=\"#2d3748\" text-anchor=\"middle\">steps</text>\n";
+  if (target)
+    for (int panel = 0; panel < 2; ++panel) {
+      const int l = panel == 0 ? left1 : left2;
+      svg += "  <line class=\"target\" x1=\"" + std::to_string(l) + "\" y1=\"" + num(y_of(*target)) + "\" x2=\"" +
+             std::to_string(l + panel_w) + "\" y2=\"" + num(y_of(*target)) +
+             "\" stroke=\"#c44e52\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>\n";
+    }
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const TableRow& t = *shown[i];
+    const AccuracySummary& a = *t.row.accuracy;
+    const char* c = kPalette[1 + i % (std::size(kPalette) - 1)];
+    const double x = x1_of(t.row.images_per_s);
+    const bool missed = a.target && a.reached < a.seeds;
+    svg += "  <line x1=\"" + num(x) + "\" y1=\"" + num(y_of(a.top1.min)) + "\" x2=\"" + num(x) + "\" y2=\"" +
+           num(y_of(a.top1.max)) + "\" stroke=\"" + c + "\" stroke-width=\"2\"/>\n";
+    svg += "  <circle class=\"mark\" cx=\"" + num(x) + "\" cy=\"" + num(y_of(a.top1.median)) + "\" r=\"6\" fill=\"" +
+           (missed ? "#ffffff" : c) + "\" stroke=\"" + c + "\" stroke-width=\"2\"><title>" + xml_escape(t.row.label) +
+           ": " + num(100 * a.top1.median, 2) + "% top-1, " + grouped(t.row.images_per_s, 1) + " img/s</title></circle>\n";
+    for (const auto& curve : a.curves) {
+      std::string points;
+      for (const EvalPoint& p : curve)
+        points += num(x2_of(static_cast<double>(p.after_step))) + "," + num(y_of(p.top1)) + " ";
+      svg += "  <polyline points=\"" + points + "\" fill=\"none\" stroke=\"" + c +
+             "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"/>\n";
+    }
+    // Legend at the right.
+    const double ly = top + 8 + 22.0 * static_cast<double>(i);
+    svg += "  <rect x=\"" + std::to_string(left2 + panel_w + 24) + "\" y=\"" + num(ly - 10) +
+           "\" width=\"12\" height=\"12\" rx=\"2\" fill=\"" + c + "\"/>\n";
+    svg += "  <text x=\"" + std::to_string(left2 + panel_w + 42) + "\" y=\"" + num(ly) +
+           "\" font-size=\"12\" fill=\"#1a202c\">" + xml_escape(t.row.label) + (missed ? " (misses)" : "") +
+           "</text>\n";
   }
   svg += "</svg>\n";
   return svg;

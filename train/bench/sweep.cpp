@@ -2,6 +2,7 @@
 #include "train/bench/sweep.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <fstream>
 #include <set>
@@ -130,6 +131,45 @@ void set_entry(std::vector<std::pair<std::string, T>>& entries, const std::strin
   entries.emplace_back(key, std::move(value));
 }
 
+// {"eval_top1": 0.95} or {"eval_loss": 0.3}.
+AccuracyTarget parse_target(const ordered_json& value, const std::string& where) {
+  VITDDP_CHECK(value.is_object() && value.size() == 1, where, "\"target\" must be one metric and its value, as "
+               "{\"eval_top1\": 0.95}, got ", value.dump());
+  const auto item = value.items().begin();
+  const std::string metric = item.key();
+  const auto& metrics = target_metrics();
+  VITDDP_CHECK(std::find(metrics.begin(), metrics.end(), metric) != metrics.end(), where, "unknown target metric \"",
+               metric, "\" (known: ", join(metrics), ")");
+  VITDDP_CHECK(item.value().is_number(), where, "target \"", metric, "\" must be a number, got ", item.value().dump());
+  const double v = item.value().get<double>();
+  if (metric == "eval_top1")
+    VITDDP_CHECK(v > 0 && v <= 1, where, "target eval_top1 must be a share in (0, 1], got ", v);
+  else
+    VITDDP_CHECK(v > 0 && std::isfinite(v), where, "target eval_loss must be positive, got ", v);
+  return {metric, v};
+}
+
+// N (seeds 0..N-1) or a list of distinct seeds.
+std::vector<int64_t> parse_seeds(const ordered_json& value, const std::string& where) {
+  std::vector<int64_t> seeds;
+  if (value.is_number_integer()) {
+    const int64_t n = value.get<int64_t>();
+    VITDDP_CHECK(n >= 1 && n <= 100, where, "\"seeds\" must be a count in [1, 100] or a list, got ", n);
+    for (int64_t k = 0; k < n; ++k) seeds.push_back(k);
+    return seeds;
+  }
+  VITDDP_CHECK(value.is_array() && !value.empty() && value.size() <= 100, where,
+               "\"seeds\" must be a count in [1, 100] or a list of 1 to 100 seeds, got ", value.dump());
+  for (const auto& s : value) {
+    VITDDP_CHECK(s.is_number_integer() && s.get<int64_t>() >= 0, where, "\"seeds\" must hold whole numbers >= 0, got ",
+                 s.dump());
+    const int64_t seed = s.get<int64_t>();
+    VITDDP_CHECK(std::find(seeds.begin(), seeds.end(), seed) == seeds.end(), where, "seed ", seed, " is listed twice");
+    seeds.push_back(seed);
+  }
+  return seeds;
+}
+
 // Reads flags and env from `run` into `out` (on top of what is there). `where` prefixes errors.
 void parse_settings(const ordered_json& run, const std::string& where, const SweepSchema& schema, SweepRun& out) {
   for (const auto& [key, value] : run.items()) {
@@ -149,8 +189,17 @@ void parse_settings(const ordered_json& run, const std::string& where, const Swe
       }
       continue;
     }
+    if (key == "target") {
+      out.target = parse_target(value, where);
+      continue;
+    }
+    if (key == "seeds") {
+      out.seeds = parse_seeds(value, where);
+      continue;
+    }
     const FlagType* type = schema.find(key);
-    VITDDP_CHECK(type, where, "unknown key \"", key, "\" (known: label, env, ", schema.known_names(), ")");
+    VITDDP_CHECK(type, where, "unknown key \"", key, "\" (known: label, env, seeds, target, ", schema.known_names(),
+                 ")");
     VITDDP_CHECK(has_type(value, *type), where, "\"", key, "\" must be ", type_name(*type), ", got ", value.dump());
     if (key == "gpus" || key == "procs")
       VITDDP_CHECK(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= 4096, where,
@@ -168,7 +217,20 @@ SweepRun parse_run(const ordered_json& run, size_t i, const std::string& source,
   VITDDP_CHECK(label->is_string() && !label->get<std::string>().empty(), run_where(source, i, ""),
                "\"label\" must be a non-empty string, got ", label->dump());
   out.label = label->get<std::string>();
-  parse_settings(run, run_where(source, i, out.label), schema, out);
+  const std::string where = run_where(source, i, out.label);
+  parse_settings(run, where, schema, out);
+  auto flag = [&](const std::string& name) -> const nlohmann::json* {
+    for (const auto& [k, v] : out.flags)
+      if (k == name) return &v;
+    return nullptr;
+  };
+  if (out.target) {
+    const nlohmann::json* eval = flag("eval-data");
+    VITDDP_CHECK(eval && eval->is_string() && !eval->get<std::string>().empty(), where, "a target (",
+                 out.target->describe(), ") needs evaluation: set \"eval-data\"");
+  }
+  VITDDP_CHECK(out.seeds.empty() || !flag("seed"), where, "sets both \"seed\" and \"seeds\" (\"seeds\" gives each "
+               "launch its --seed)");
   return out;
 }
 

@@ -11,6 +11,9 @@
 // with their types), so this parser stays independent of TrainConfig; "label" and "env" are
 // the sweep's own keys, and env names are limited to the NCCL settings in allowed_sweep_env().
 // "defaults" holds flags and env shared by every run; a run's own values override them.
+// Accuracy (Note [Accuracy beside speed] in train/bench/accuracy.h): "seeds" launches the run once
+// per seed (N: seeds 0..N-1, or a list), "target" names the quality to reach, {"eval_top1": 0.95}
+// or {"eval_loss": 0.3}; a target needs "eval-data".
 // Every error is one line naming the file, the run (runs[i] and its label) and the key.
 #pragma once
 
@@ -18,11 +21,14 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "train/bench/accuracy.h"
 
 namespace vitddp::bench {
 
@@ -54,6 +60,8 @@ struct SweepRun {
   std::string label;
   std::vector<std::pair<std::string, nlohmann::json>> flags;  // in file order; scalar values
   std::vector<std::pair<std::string, std::string>> env;      // in file order
+  std::vector<int64_t> seeds;             // one launch per seed (--seed S); empty: one launch
+  std::optional<AccuracyTarget> target;   // the quality its evaluations should reach
 
   // "gpus" if set, else "procs", else 1: the workers this run uses (for scaling efficiency).
   int workers() const;

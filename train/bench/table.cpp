@@ -68,6 +68,35 @@ std::string launch_range(const BenchRow& r) {
   return fmt("%.2f", *lo) + "-" + fmt("%.2f", *hi) + " (" + std::to_string(r.launch_steps_per_s.size()) + ")";
 }
 
+bool any_accuracy(const std::vector<TableRow>& rows) {
+  for (const TableRow& t : rows)
+    if (t.row.accuracy) return true;
+  return false;
+}
+
+// "0.9667 (0.9611-0.9750)": a median and its range over seeds; the median alone for one seed.
+std::string spread_text(const Spread& s, const char* format) {
+  if (s.min == s.max) return fmt(format, s.median);
+  return fmt(format, s.median) + " (" + fmt(format, s.min) + "-" + fmt(format, s.max) + ")";
+}
+
+// "3/3: 700 steps, 61.2 s"; "0/3: not reached"; "" without a target.
+std::string target_text(const AccuracySummary& a) {
+  if (!a.target) return "";
+  std::string out = std::to_string(a.reached) + "/" + std::to_string(a.seeds);
+  if (!a.steps_to_target) return out + ": not reached";
+  return out + ": " + fmt("%.0f", a.steps_to_target->median) + " steps, " + fmt("%.1f", a.seconds_to_target->median) +
+         " s";
+}
+
+// The accuracy cells of a row (markdown): seeds, top-1, loss, to target, verdict.
+std::string accuracy_cells(const TableRow& t) {
+  if (!t.row.accuracy) return " |  |  |  |  |";
+  const AccuracySummary& a = *t.row.accuracy;
+  return " " + std::to_string(a.seeds) + " | " + spread_text(a.top1, "%.4f") + " | " + spread_text(a.loss, "%.4f") +
+         " | " + target_text(a) + " | " + (t.accuracy_verdict.empty() ? "n/a" : t.accuracy_verdict) + " |";
+}
+
 }  // namespace
 
 std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const BenchRow& baseline) {
@@ -85,6 +114,7 @@ std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const Ben
     t.speedup = r.images_per_s / baseline.images_per_s;
     t.scaling_efficiency = t.speedup / r.gpus;
     t.ideal_images_per_s = baseline.images_per_s * r.gpus;
+    if (r.accuracy && baseline.accuracy) t.accuracy_verdict = accuracy_verdict(*r.accuracy, *baseline.accuracy);
     out.push_back(t);
   }
   return out;
@@ -102,42 +132,49 @@ size_t median_launch_index(const std::vector<BenchRow>& launches) {
 std::vector<TableRow> table_without_baseline(const std::vector<BenchRow>& rows) {
   const double unknown = std::numeric_limits<double>::quiet_NaN();
   std::vector<TableRow> out;
-  for (const BenchRow& r : rows) out.push_back({r, unknown, unknown, unknown});
+  for (const BenchRow& r : rows) out.push_back({r, unknown, unknown, unknown, ""});
   return out;
 }
 
 std::string table_markdown(const std::vector<TableRow>& rows) {
-  const bool repeated = any_repeated(rows);
+  const bool repeated = any_repeated(rows), accuracy = any_accuracy(rows);
   std::string md =
       "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) "
       "| MFU |" +
-      std::string(repeated ? " launches (steps/s) |" : "") + "\n|---|--:|--:|--:|--:|--:|--:|--:|--:|" +
-      (repeated ? "--:|" : "") + "\n";
+      std::string(repeated ? " launches (steps/s) |" : "") +
+      (accuracy ? " seeds | eval top-1 | eval loss | to target | accuracy |" : "") +
+      "\n|---|--:|--:|--:|--:|--:|--:|--:|--:|" + (repeated ? "--:|" : "") + (accuracy ? "--:|--:|--:|--:|---|" : "") +
+      "\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
     md += "| " + markdown_cell(r.label) + " | " + std::to_string(r.gpus) + " | ";
     if (!r.failure.empty()) {
-      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |  |" + (repeated ? "  |" : "") + "\n";
+      md += "failed: " + markdown_cell(r.failure) + " |  |  |  |  |  |  |" + (repeated ? "  |" : "") +
+            (accuracy ? " |  |  |  |  |" : "") + "\n";
       continue;
     }
     md += fmt("%.2f", r.steps_per_s) + " | " + fmt("%.1f", r.images_per_s) + " | " + fmt("%.2fx", t.speedup) + " | " +
           fmt("%.1f%%", 100.0 * t.scaling_efficiency) + " | " + fmt("%.1f", value_or_nan(r.exposed_comm_ms)) + " | " +
           fmt("%.0f", r.peak_mib) + " | " + fmt("%.1f%%", value_or_nan(r.mfu_pct)) + " |" +
-          (repeated ? " " + launch_range(r) + " |" : "") + "\n";
+          (repeated ? " " + launch_range(r) + " |" : "") + (accuracy ? accuracy_cells(t) : "") + "\n";
   }
   return md;
 }
 
 std::string table_csv(const std::vector<TableRow>& rows) {
-  const bool repeated = any_repeated(rows);
+  const bool repeated = any_repeated(rows), accuracy = any_accuracy(rows);
   std::string csv = std::string("configuration,gpus,steps_per_s,images_per_s,speedup,scaling_efficiency,exposed_comm_ms,"
                                 "peak_mib,mfu_pct,") +
-                    (repeated ? "launch_steps_per_s," : "") + "status\n";
+                    (repeated ? "launch_steps_per_s," : "") +
+                    (accuracy ? "seeds,eval_top1,eval_top1_min,eval_top1_max,eval_loss,eval_loss_min,eval_loss_max,"
+                                "target,reached,steps_to_target,seconds_to_target,accuracy," : "") +
+                    "status\n";
   for (const TableRow& t : rows) {
     const BenchRow& r = t.row;
     csv += csv_field(r.label) + "," + std::to_string(r.gpus) + ",";
     if (!r.failure.empty()) {
-      csv += std::string(",,,,,,,") + (repeated ? "," : "") + csv_field("failed: " + r.failure) + "\n";
+      csv += std::string(",,,,,,,") + (repeated ? "," : "") + (accuracy ? ",,,,,,,,,,,," : "") +
+             csv_field("failed: " + r.failure) + "\n";
       continue;
     }
     csv += fmt("%.4f", r.steps_per_s, "") + "," + fmt("%.3f", r.images_per_s, "") + "," + fmt("%.4f", t.speedup, "") +
@@ -147,6 +184,20 @@ std::string table_csv(const std::vector<TableRow>& rows) {
       std::string all;
       for (double v : r.launch_steps_per_s) all += (all.empty() ? "" : ";") + fmt("%.4f", v, "");
       csv += all + ",";
+    }
+    if (accuracy) {
+      if (const std::optional<AccuracySummary>& a = r.accuracy) {
+        csv += std::to_string(a->seeds) + "," + fmt("%.6f", a->top1.median, "") + "," + fmt("%.6f", a->top1.min, "") +
+               "," + fmt("%.6f", a->top1.max, "") + "," + fmt("%.6f", a->loss.median, "") + "," +
+               fmt("%.6f", a->loss.min, "") + "," + fmt("%.6f", a->loss.max, "") + "," +
+               csv_field(a->target ? a->target->describe() : "") + "," +
+               (a->target ? std::to_string(a->reached) : "") + "," +
+               (a->steps_to_target ? fmt("%.0f", a->steps_to_target->median, "") : "") + "," +
+               (a->seconds_to_target ? fmt("%.3f", a->seconds_to_target->median, "") : "") + "," +
+               csv_field(t.accuracy_verdict) + ",";
+      } else {
+        csv += ",,,,,,,,,,,,";
+      }
     }
     csv += "ok\n";
   }
@@ -168,6 +219,26 @@ nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& bas
                      {"mfu_pct", ok ? number(value_or_nan(r.mfu_pct)) : nlohmann::json()}};
     if (!ok) j["error"] = r.failure;
     if (r.launch_steps_per_s.size() > 1) j["launch_steps_per_s"] = r.launch_steps_per_s;
+    if (r.accuracy) {
+      const AccuracySummary& a = *r.accuracy;
+      auto spread = [](const Spread& v) { return nlohmann::json{{"median", v.median}, {"min", v.min}, {"max", v.max}}; };
+      nlohmann::json acc{{"seeds", a.seeds}, {"eval_top1", spread(a.top1)}, {"eval_loss", spread(a.loss)}};
+      if (a.target) {
+        acc["target"] = {{a.target->metric, a.target->value}};
+        acc["reached"] = a.reached;
+        acc["steps_to_target"] = a.steps_to_target ? spread(*a.steps_to_target) : nlohmann::json();
+        acc["seconds_to_target"] = a.seconds_to_target ? spread(*a.seconds_to_target) : nlohmann::json();
+      }
+      nlohmann::json curves = nlohmann::json::array();
+      for (const std::vector<EvalPoint>& seed : a.curves) {
+        nlohmann::json c = nlohmann::json::array();
+        for (const EvalPoint& p : seed)
+          c.push_back({{"after_step", p.after_step}, {"top1", p.top1}, {"loss", p.loss}, {"train_seconds", p.train_seconds}});
+        curves.push_back(c);
+      }
+      acc["curves"] = curves;
+      j["accuracy"] = acc;
+    }
     return j;
   };
   nlohmann::json out_rows = nlohmann::json::array();
@@ -176,6 +247,7 @@ nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& bas
     const bool ok = t.row.failure.empty();
     j["speedup"] = ok ? number(t.speedup) : nlohmann::json();
     j["scaling_efficiency"] = ok ? number(t.scaling_efficiency) : nlohmann::json();
+    if (!t.accuracy_verdict.empty()) j["accuracy_verdict"] = t.accuracy_verdict;
     out_rows.push_back(j);
   }
   return {{"baseline", row_json(baseline)}, {"rows", out_rows}};
@@ -201,6 +273,10 @@ std::vector<std::string> write_table_files(const std::string& stem, const std::s
   }
   write_file(paths[2], json.dump(2) + "\n");
   write_file(paths[3], throughput_chart_svg(title, rows));
+  if (any_accuracy(rows)) {
+    paths.push_back(stem + ".accuracy.svg");
+    write_file(paths.back(), accuracy_chart_svg(title, rows));
+  }
   return paths;
 }
 

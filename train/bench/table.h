@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "train/bench/accuracy.h"
+
 namespace vitddp::bench {
 
 struct BenchRow {
@@ -33,6 +35,8 @@ struct BenchRow {
   // launch with the median images/s (Note [Repeated launches] in bench_command.cpp). Empty for
   // a row launched once.
   std::vector<double> launch_steps_per_s;
+  // Rows that evaluate: the accuracy over their seeds (Note [Accuracy beside speed]).
+  std::optional<AccuracySummary> accuracy;
 };
 
 struct TableRow {
@@ -40,6 +44,7 @@ struct TableRow {
   double speedup = 0;             // images/s over the baseline's
   double scaling_efficiency = 0;  // speedup / gpus
   double ideal_images_per_s = 0;  // the baseline's images/s x gpus (linear scaling)
+  std::string accuracy_verdict;   // against the baseline's seeds (accuracy_verdict()); "" when unknown
 };
 
 // See Note [Speedup and scaling efficiency]. Throws vitddp::Error when the baseline has no
@@ -58,6 +63,9 @@ using TableHeader = std::vector<std::pair<std::string, std::string>>;
 size_t median_launch_index(const std::vector<BenchRow>& launches);
 
 // Markdown: a failed row shows its failure in place of the numbers; unmeasured values are "n/a".
+// When a row has accuracy, every format adds its columns: seeds, eval top-1 and loss (median and
+// range), seeds that reached the target with the median steps and training seconds to it, and
+// the verdict against the baseline (markdown "eval top-1", "eval loss", "to target", "accuracy").
 // CSV: a last column "status" ("ok" or the failure); JSON: "status" and, when failed, "error".
 // Rows launched more than once add a column: markdown "launches (steps/s)" (lowest to highest
 // and how many), CSV "launch_steps_per_s" (all, ';'-separated, before "status"), JSON the array.
@@ -69,7 +77,8 @@ nlohmann::json table_json(const std::vector<TableRow>& rows, const BenchRow& bas
 std::string table_document(const std::string& title, const std::vector<TableRow>& rows,
                            const TableHeader& header = {});
 
-// Writes STEM.md, STEM.csv, STEM.json and STEM.svg (the chart); returns the paths written.
+// Writes STEM.md, STEM.csv, STEM.json and STEM.svg (the chart), and with accuracy
+// STEM.accuracy.svg (throughput against accuracy); returns the paths written.
 // Throws vitddp::Error naming a file that cannot be written.
 std::vector<std::string> write_table_files(const std::string& stem, const std::string& title,
                                            const std::vector<TableRow>& rows, const BenchRow& baseline,

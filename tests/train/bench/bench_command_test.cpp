@@ -204,6 +204,44 @@ TEST(BenchSweep, ARunPastItsTimeLimitIsStoppedAndFailed) {
 // --repeat N: every configuration launched N times (each launch's log kept), the row being its
 // median launch, every launch's steps/s beside it; a failed launch fails its row; a bad count is
 // one line and exit 2 before anything runs.
+// Note [Accuracy beside speed] end to end: each row launched once per seed, evaluated, its
+// accuracy beside its throughput; a learning rate a hundred times too high misses the target and
+// is flagged, the working one reaches it on every seed.
+TEST(BenchSweep, SeedsAndATargetGiveTheAccuracyColumnsAndFlagAHarmfulSetting) {
+  TempFolder dir("vitddp_bench");
+  const std::string out = dir.path() + "/out";
+  const std::string file = write(dir, "acc.json", R"({"name": "acc",
+      "defaults": {"model": "vit_tiny", "procs": 1, "data": "learnable", "eval-data": "learnable",
+                   "dataset-size": 512, "batch-size": 16, "steps": 40, "eval-every": 20, "optimizer": "adamw",
+                   "workers": 1, "print-every": 0, "seeds": [3, 5], "target": {"eval_top1": 0.9}},
+      "runs": [{"label": "adamw", "lr": 0.003}, {"label": "lr x100", "lr": 0.3}]})");
+  TrainOutcome o = testing::run_train("", "bench --sweep " + file + " --out-dir " + out + " --trace=false", false, 300);
+  ASSERT_EQ(o.code, 0) << o.out;
+  for (const char* log : {"01-adamw.s3.log", "01-adamw.s5.log", "02-lr-x100.s3.log", "02-lr-x100.s5.log"})
+    EXPECT_TRUE(fs::exists(out + "/" + log)) << log;
+  const nlohmann::json j = nlohmann::json::parse(read(out + "/acc.json"));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  const nlohmann::json& good = j["rows"][0]["accuracy"];
+  EXPECT_EQ(good["seeds"], 2) << good;
+  EXPECT_EQ(good["reached"], 2) << good;
+  EXPECT_EQ(good["steps_to_target"]["median"], 20) << good;
+  EXPECT_GT(good["seconds_to_target"]["median"].get<double>(), 0) << good;
+  EXPECT_EQ(good["curves"][0].size(), 2u) << good;
+  EXPECT_EQ(j["rows"][0]["accuracy_verdict"], "same");
+  EXPECT_EQ(j["rows"][1]["accuracy"]["reached"], 0) << j["rows"][1];
+  EXPECT_EQ(j["rows"][1]["accuracy_verdict"], "misses, lower") << j["rows"][1];
+  const std::string md = read(out + "/acc.md");
+  EXPECT_NE(md.find("| seeds | eval top-1 | eval loss | to target | accuracy |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0/2: not reached | misses, lower |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- accuracy: "), std::string::npos) << md;
+  EXPECT_TRUE(fs::exists(out + "/acc.accuracy.svg"));
+
+  o = testing::run_train("", "bench --sweep " + file + " --dry-run");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(count(o.out, " --seed 3 "), 2u) << o.out;
+  EXPECT_NE(o.out.find("adamw (target eval top-1 >= 0.9)"), std::string::npos) << o.out;
+}
+
 TEST(BenchSweep, RepeatedLaunchesGiveTheMedianLaunchAndKeepEveryOne) {
   TempFolder dir("vitddp_bench");
   const std::string out = dir.path() + "/out";

@@ -99,6 +99,35 @@ TEST(Sweep, RejectsUnknownKeys) {
                       {"defaults", "unknown key \"gpu\""}));
 }
 
+TEST(Sweep, SeedsAndATargetParse) {
+  const Sweep s = parse_sweep(R"({"name": "acc", "defaults": {"eval-data": "val", "seeds": 3},
+      "runs": [{"label": "a", "target": {"eval_top1": 0.95}}, {"label": "b", "seeds": [4, 7],
+               "target": {"eval_loss": 0.3}}]})",
+                              "acc.json", train_schema());
+  EXPECT_EQ(s.runs[0].seeds, (std::vector<int64_t>{0, 1, 2}));
+  ASSERT_TRUE(s.runs[0].target);
+  EXPECT_EQ(s.runs[0].target->metric, "eval_top1");
+  EXPECT_EQ(s.runs[0].target->value, 0.95);
+  EXPECT_EQ(s.runs[1].seeds, (std::vector<int64_t>{4, 7}));
+  EXPECT_EQ(s.runs[1].target->describe(), "eval loss <= 0.3");
+  for (const std::string& a : s.runs[0].to_args()) EXPECT_NE(a, "--seeds");
+}
+
+TEST(Sweep, BadSeedsAndTargetsAreRefused) {
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "eval-data": "v", "target": {"top1": 0.9}})"),
+                      {"runs[1] (\"t\")", "unknown target metric \"top1\"", "eval_top1, eval_loss"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "target": {"eval_top1": 0.9}})"),
+                      {"a target (eval top-1 >= 0.9) needs evaluation: set \"eval-data\""}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "eval-data": "v", "target": {"eval_top1": 95}})"),
+                      {"target eval_top1 must be a share in (0, 1]"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "eval-data": "v", "target": {"eval_top1": 0.9, "eval_loss": 1}})"),
+                      {"\"target\" must be one metric and its value"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "seeds": 0})"), {"\"seeds\" must be a count in [1, 100]"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "seeds": [1, 1]})"), {"seed 1 is listed twice"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "seeds": [-1]})"), {"whole numbers >= 0"}));
+  EXPECT_TRUE(rejects(one_run(R"({"label": "t", "seeds": 2, "seed": 5})"), {"sets both \"seed\" and \"seeds\""}));
+}
+
 TEST(Sweep, RejectsEnvOutsideTheAllowList) {
   EXPECT_TRUE(rejects(one_run(R"({"label": "e", "env": {"LD_PRELOAD": "x.so"}})"),
                       {"runs[1] (\"e\")", "env \"LD_PRELOAD\" is not allowed", "NCCL_P2P_DISABLE"}));
