@@ -47,6 +47,20 @@ const char* kPalette[] = {"#8a94a6", "#2b6cb0", "#dd8452", "#55a868", "#8172b3",
 
 constexpr const char* kFont = "Helvetica, Arial, sans-serif";
 
+// The document's opening: size, white background, title and the line under it.
+std::string svg_start(int width, int height, const std::string& title, const std::string& subtitle) {
+  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
+         std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
+         "\" font-family=\"" + kFont + "\">\n";
+  svg += "  <rect x=\"0\" y=\"0\" width=\"" + std::to_string(width) + "\" height=\"" + std::to_string(height) +
+         "\" fill=\"#ffffff\"/>\n";
+  svg += "  <text x=\"24\" y=\"34\" font-size=\"20\" font-weight=\"bold\" fill=\"#1a202c\">" + xml_escape(title) +
+         "</text>\n";
+  svg += "  <text x=\"24\" y=\"56\" font-size=\"13\" fill=\"#4a5568\">" + xml_escape(subtitle) + "</text>\n";
+  return svg;
+}
+
 }  // namespace
 
 AxisScale nice_axis(double max_value, int max_ticks) {
@@ -83,17 +97,9 @@ std::string throughput_chart_svg(const std::string& title, const std::vector<Tab
   size_t k = 0;
   for (auto& [gpus, c] : colour) c = kPalette[std::min(k++, std::size(kPalette) - 1)];
 
-  std::string svg;
-  svg += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
-         std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
-         "\" font-family=\"" + kFont + "\">\n";
-  svg += "  <rect x=\"0\" y=\"0\" width=\"" + std::to_string(width) + "\" height=\"" + std::to_string(height) +
-         "\" fill=\"#ffffff\"/>\n";
-  svg += "  <text x=\"24\" y=\"34\" font-size=\"20\" font-weight=\"bold\" fill=\"#1a202c\">" + xml_escape(title) +
-         "</text>\n";
-  svg += "  <text x=\"24\" y=\"56\" font-size=\"13\" fill=\"#4a5568\">Training throughput, images per second "
-         "(higher is better), with the speedup over the baseline</text>\n";
+  std::string svg = svg_start(width, height, title,
+                              "Training throughput, images per second (higher is better), with the speedup over the "
+                              "baseline");
 
   // Legend: one swatch per GPU count, then the linear-scaling mark.
   double lx = 24;
@@ -187,17 +193,9 @@ std::string accuracy_chart_svg(const std::string& title, const std::vector<Table
   auto x1_of = [&](double v) { return left1 + panel_w * std::clamp(v / xs.max, 0.0, 1.0); };
   auto x2_of = [&](double v) { return left2 + panel_w * std::clamp(v / ss.max, 0.0, 1.0); };
 
-  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) + "\" height=\"" +
-         std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) + " " + std::to_string(height) +
-         "\" font-family=\"" + kFont + "\">\n";
-  svg += "  <rect x=\"0\" y=\"0\" width=\"" + std::to_string(width) + "\" height=\"" + std::to_string(height) +
-         "\" fill=\"#ffffff\"/>\n";
-  svg += "  <text x=\"24\" y=\"34\" font-size=\"20\" font-weight=\"bold\" fill=\"#1a202c\">" + xml_escape(title) +
-         "</text>\n";
-  svg += "  <text x=\"24\" y=\"56\" font-size=\"13\" fill=\"#4a5568\">Left: throughput against the eval top-1 "
-         "reached (median over seeds, bar: their range; hollow: a seed missed the target). Right: eval top-1 "
-         "against steps, a line per seed</text>\n";
+  std::string svg = svg_start(width, height, title,
+                              "Left: throughput against the eval top-1 reached (median over seeds, bar: their range; "
+                              "hollow: a seed missed the target). Right: eval top-1 against steps, a line per seed");
   // Axes and grids of both panels.
   for (double v = y_lo; v <= 1.0 + 1e-9; v += 0.1) {
     for (int panel = 0; panel < 2; ++panel) {
