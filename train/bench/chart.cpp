@@ -171,9 +171,10 @@ std::string accuracy_chart_svg(const std::string& title, const std::vector<Table
   std::vector<const TableRow*> shown;
   for (const TableRow& t : rows)
     if (t.row.accuracy && t.row.failure.empty()) shown.push_back(&t);
-  const int width = 1120, height = 560, top = 96, panel_h = 360, gap = 90;
-  const int left1 = 80, panel_w = (width - left1 - gap - 200) / 2, left2 = left1 + panel_w + gap;
-  double max_images = 0, min_top1 = 1, max_steps = 1;
+  const int width = 1480, height = 560, top = 96, panel_h = 360, gap = 90;
+  const int left1 = 80, panel_w = (width - left1 - 2 * gap - 200) / 3, left2 = left1 + panel_w + gap;
+  const int left3 = left2 + panel_w + gap;
+  double max_images = 0, min_top1 = 1, max_steps = 1, max_loss = 0;
   std::optional<double> target;
   for (const TableRow* t : shown) {
     const AccuracySummary& a = *t->row.accuracy;
@@ -183,19 +184,22 @@ std::string accuracy_chart_svg(const std::string& title, const std::vector<Table
       for (const EvalPoint& p : curve) {
         max_steps = std::max(max_steps, static_cast<double>(p.after_step));
         min_top1 = std::min(min_top1, p.top1);
+        max_loss = std::max(max_loss, p.loss);
       }
     if (a.target && a.target->metric == "eval_top1") target = a.target->value;
   }
   if (target) min_top1 = std::min(min_top1, *target);
-  const AxisScale xs = nice_axis(max_images), ss = nice_axis(max_steps);
+  const AxisScale xs = nice_axis(max_images), ss = nice_axis(max_steps), ls = nice_axis(max_loss, 5);
   const double y_lo = std::max(0.0, std::floor(min_top1 * 10.0 - 1e-9) / 10.0);
   auto y_of = [&](double v) { return top + panel_h * (1.0 - std::clamp((v - y_lo) / (1.0 - y_lo), 0.0, 1.0)); };
   auto x1_of = [&](double v) { return left1 + panel_w * std::clamp(v / xs.max, 0.0, 1.0); };
   auto x2_of = [&](double v) { return left2 + panel_w * std::clamp(v / ss.max, 0.0, 1.0); };
+  auto x3_of = [&](double v) { return left3 + panel_w * std::clamp(v / ss.max, 0.0, 1.0); };
+  auto loss_y = [&](double v) { return top + panel_h * (1.0 - std::clamp(v / ls.max, 0.0, 1.0)); };
 
   std::string svg = svg_start(width, height, title,
                               "Left: throughput against the eval top-1 reached (median over seeds, bar: their range; "
-                              "hollow: a seed missed the target). Right: eval top-1 against steps, a line per seed");
+                              "hollow: a seed missed the target). Then eval top-1 and eval loss against steps, a line per seed");
   // Axes and grids of both panels.
   for (double v = y_lo; v <= 1.0 + 1e-9; v += 0.1) {
     for (int panel = 0; panel < 2; ++panel) {
@@ -210,8 +214,17 @@ std::string accuracy_chart_svg(const std::string& title, const std::vector<Table
     svg += "  <text x=\"" + num(x1_of(v)) + "\" y=\"" + std::to_string(top + panel_h + 20) +
            "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"middle\">" + grouped(v, xs.step < 1 ? 1 : 0) + "</text>\n";
   for (double v = 0; v <= ss.max + ss.step * 1e-6; v += ss.step)
-    svg += "  <text x=\"" + num(x2_of(v)) + "\" y=\"" + std::to_string(top + panel_h + 20) +
-           "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"middle\">" + grouped(v, 0) + "</text>\n";
+    for (double x : {x2_of(v), x3_of(v)})
+      svg += "  <text x=\"" + num(x) + "\" y=\"" + std::to_string(top + panel_h + 20) +
+             "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"middle\">" + grouped(v, 0) + "</text>\n";
+  for (double v = 0; v <= ls.max + ls.step * 1e-6; v += ls.step) {
+    svg += "  <line x1=\"" + std::to_string(left3) + "\" y1=\"" + num(loss_y(v)) + "\" x2=\"" +
+           std::to_string(left3 + panel_w) + "\" y2=\"" + num(loss_y(v)) + "\" stroke=\"#d8dee6\" stroke-width=\"1\"/>\n";
+    svg += "  <text x=\"" + std::to_string(left3 - 8) + "\" y=\"" + num(loss_y(v) + 4) +
+           "\" font-size=\"12\" fill=\"#4a5568\" text-anchor=\"end\">" + num(v, ls.step < 1 ? 1 : 0) + "</text>\n";
+  }
+  svg += "  <text x=\"" + num(left3 + panel_w / 2.0) + "\" y=\"" + std::to_string(top + panel_h + 44) +
+         "\" font-size=\"13\" fill=\"#2d3748\" text-anchor=\"middle\">steps (eval loss)</text>\n";
   svg += "  <text x=\"" + num(left1 + panel_w / 2.0) + "\" y=\"" + std::to_string(top + panel_h + 44) +
          "\" font-size=\"13\" fill=\"#2d3748\" text-anchor=\"middle\">images / s</text>\n";
   svg += "  <text x=\"" + num(left2 + panel_w / 2.0) + "\" y=\"" + std::to_string(top + panel_h + 44) +
@@ -240,12 +253,17 @@ std::string accuracy_chart_svg(const std::string& title, const std::vector<Table
         points += num(x2_of(static_cast<double>(p.after_step))) + "," + num(y_of(p.top1)) + " ";
       svg += "  <polyline points=\"" + points + "\" fill=\"none\" stroke=\"" + c +
              "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"/>\n";
+      std::string loss_points;
+      for (const EvalPoint& p : curve)
+        loss_points += num(x3_of(static_cast<double>(p.after_step))) + "," + num(loss_y(p.loss)) + " ";
+      svg += "  <polyline class=\"loss\" points=\"" + loss_points + "\" fill=\"none\" stroke=\"" + c +
+             "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"/>\n";
     }
     // Legend at the right.
     const double ly = top + 8 + 22.0 * static_cast<double>(i);
-    svg += "  <rect x=\"" + std::to_string(left2 + panel_w + 24) + "\" y=\"" + num(ly - 10) +
+    svg += "  <rect x=\"" + std::to_string(left3 + panel_w + 24) + "\" y=\"" + num(ly - 10) +
            "\" width=\"12\" height=\"12\" rx=\"2\" fill=\"" + c + "\"/>\n";
-    svg += "  <text x=\"" + std::to_string(left2 + panel_w + 42) + "\" y=\"" + num(ly) +
+    svg += "  <text x=\"" + std::to_string(left3 + panel_w + 42) + "\" y=\"" + num(ly) +
            "\" font-size=\"12\" fill=\"#1a202c\">" + xml_escape(t.row.label) + (missed ? " (misses)" : "") +
            "</text>\n";
   }

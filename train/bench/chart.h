@@ -15,9 +15,9 @@ std::string throughput_chart_svg(const std::string& title, const std::vector<Tab
 
 // Throughput against accuracy, for rows with accuracy (Note [Accuracy beside speed]): left, one
 // mark per configuration at (images/s, median eval top-1) with its range over seeds as a bar and
-// the mark hollow where a seed missed the target (the target a dashed line); right, each
-// configuration's eval top-1 against steps, one line per seed. One <circle class="mark"> per row
-// with accuracy, in row order.
+// the mark hollow where a seed missed the target (the target a dashed line); then each
+// configuration's eval top-1 and eval loss against steps, one line per seed. One <circle
+// class="mark"> per row with accuracy, in row order, and one <polyline class="loss"> per seed.
 std::string accuracy_chart_svg(const std::string& title, const std::vector<TableRow>& rows);
 
 // The axis end and tick step for values up to `max_value`: a 1-2-5 step giving at most

@@ -108,6 +108,10 @@ TEST(Accuracy, TheTableShowsTheColumnsAndTheChartAMarkPerRow) {
   for (size_t at = svg.find("<circle class=\"mark\""); at != std::string::npos; at = svg.find("<circle class=\"mark\"", at + 1))
     ++marks;
   EXPECT_EQ(marks, 2u);
+  size_t loss_curves = 0;
+  for (size_t at = svg.find("class=\"loss\""); at != std::string::npos; at = svg.find("class=\"loss\"", at + 1))
+    ++loss_curves;
+  EXPECT_EQ(loss_curves, 4u);  // two rows of two seeds
   EXPECT_NE(svg.find("class=\"target\""), std::string::npos);
 }
 
