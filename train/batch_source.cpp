@@ -1,11 +1,11 @@
 #include "train/batch_source.h"
 
-#include <iostream>
 #include <optional>
 #include <string>
 
 #include "data/sampler.h"
 #include "framework/core/random.h"
+#include "train/dataset_factory.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/host_memory.h"
 #include "framework/cuda/random.h"
@@ -16,11 +16,14 @@ namespace vitddp {
 namespace {
 
 LoaderOptions loader_options(const BatchSourceOptions& o) {
-  LoaderOptions lo{o.batch_size, o.workers, std::nullopt, false, o.start_step, {}};
+  LoaderOptions lo;
+  lo.batch_size = o.batch_size;
+  lo.num_workers = o.workers;
+  lo.start_step = o.start_step;
   lo.seed = o.seed_for_draws;
   lo.max_bad_samples = o.max_bad_samples;
   lo.mixing = o.mixing;
-  lo.on_bad_sample = [](const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; };
+  lo.on_bad_sample = warn_of_bad_sample;
   return lo;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 
 #include "data/file_dataset.h"
 #include "data/image_folder.h"
@@ -62,6 +63,12 @@ DataSource open_data(const std::string& flag, const std::string& spec, const Vit
 }
 
 }  // namespace
+
+int64_t bad_sample_allowance(const TrainConfig& config, const Dataset& dataset) {
+  return static_cast<int64_t>(config.bad_sample_limit * static_cast<double>(dataset.size()));
+}
+
+void warn_of_bad_sample(const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; }
 
 bool decodes_images(const std::string& spec) {
   if (spec == "synthetic" || spec == "learnable" || spec == "gpu" || ends_with(spec, ".safetensors")) return false;

@@ -32,6 +32,11 @@ struct DataSource {
 // Whether `spec` names image files to decode (a folder or tar shards), not tensors or synthetic.
 bool decodes_images(const std::string& spec);
 
+// Note [Bad samples] as every loader of a run applies it: at most bad-sample-limit of the set's
+// samples may be bad, and each is told on stderr by name.
+int64_t bad_sample_allowance(const TrainConfig& config, const Dataset& dataset);
+void warn_of_bad_sample(const std::string& what);
+
 // --data for rank `rank` of `world`. --data gpu is an error here (its batches are made on the GPU).
 DataSource make_train_data(const TrainConfig& config, const VitConfig& model, int rank, int world);
 // --eval-data: every sample once over the ranks (StridedOrder), the eval preset, an image

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
-#include <iostream>
 #include <sstream>
 #include <vector>
 
@@ -86,8 +85,8 @@ EvalResult Evaluator::evaluate(int64_t steps_done) {
     LoaderOptions lo;
     lo.batch_size = c.batch_size;
     lo.num_workers = c.workers;
-    lo.max_bad_samples = static_cast<int64_t>(c.bad_sample_limit * data_.dataset->size());
-    lo.on_bad_sample = [](const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; };
+    lo.max_bad_samples = bad_sample_allowance(c, *data_.dataset);
+    lo.on_bad_sample = warn_of_bad_sample;
     DataLoader loader(*data_.dataset, data_.order, 0, lo);
     for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
       Batch batch = loader.next();

@@ -173,7 +173,7 @@ TrainingRun set_up_run(const TrainConfig& user_config, const RankEnvironment& en
   source.image_shape = {run.model_config.in_channels, run.model_config.image_size, run.model_config.image_size};
   source.num_classes = run.model_config.num_classes;
   source.start_step = loader_start;
-  source.max_bad_samples = run.dataset ? static_cast<int64_t>(c.bad_sample_limit * run.dataset->size()) : 0;
+  source.max_bad_samples = run.dataset ? bad_sample_allowance(c, *run.dataset) : 0;
   // Each rank its own draws, as each process of torchvision's reference script.
   if (c.mixup_alpha + c.cutmix_alpha > 0)
     source.mixing = std::make_shared<BatchMixing>(c.mixup_alpha, c.cutmix_alpha, run.model_config.num_classes,

@@ -14,7 +14,8 @@ using testing::noncontiguous_copy;
 using testing::random_tensor;
 using testing::throws_with;
 
-double naive_cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels) {
+// Smoothed targets as one soft row each: t' = (1 - eps) t + eps / C, loss = sum t' (lse - x).
+double naive_soft_cross_entropy(const Tensor& logits, const std::vector<double>& target, double eps) {
   std::vector<double> x = logits.to_vector();
   const int64_t B = logits.size(0), C = logits.size(1);
   double total = 0;
@@ -22,9 +23,21 @@ double naive_cross_entropy(const Tensor& logits, const std::vector<int64_t>& lab
     double m = -INFINITY, s = 0;
     for (int64_t i = 0; i < C; ++i) m = std::max(m, x[r * C + i]);
     for (int64_t i = 0; i < C; ++i) s += std::exp(x[r * C + i] - m);
-    total += m + std::log(s) - x[r * C + labels[r]];
+    for (int64_t i = 0; i < C; ++i)
+      total += ((1 - eps) * target[r * C + i] + eps / C) * (m + std::log(s) - x[r * C + i]);
   }
   return total / B;
+}
+
+std::vector<double> one_hot(const std::vector<int64_t>& labels, int64_t classes) {
+  std::vector<double> out(labels.size() * classes, 0.0);
+  for (size_t r = 0; r < labels.size(); ++r) out[r * classes + labels[r]] = 1.0;
+  return out;
+}
+
+// Hard labels: the soft reference with one-hot rows and no smoothing.
+double naive_cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels) {
+  return naive_soft_cross_entropy(logits, one_hot(labels, logits.size(1)), 0.0);
 }
 
 TEST(CrossEntropy, ForwardMatchesNaive) {
@@ -54,27 +67,6 @@ TEST(CrossEntropy, Gradcheck) {
   EXPECT_TRUE(gradcheck(fn, {logits, labels}));
   Tensor logits_nc = noncontiguous_copy(random_tensor({3, 5}, gen, DType::kF64, -2, 2)).set_requires_grad(true);
   EXPECT_TRUE(gradcheck(fn, {logits_nc, Tensor::from_vector_i64({1, 4, 0}, {3})}));
-}
-
-// Smoothed targets as one soft row each: t' = (1 - eps) t + eps / C, loss = sum t' (lse - x).
-double naive_soft_cross_entropy(const Tensor& logits, const std::vector<double>& target, double eps) {
-  std::vector<double> x = logits.to_vector();
-  const int64_t B = logits.size(0), C = logits.size(1);
-  double total = 0;
-  for (int64_t r = 0; r < B; ++r) {
-    double m = -INFINITY, s = 0;
-    for (int64_t i = 0; i < C; ++i) m = std::max(m, x[r * C + i]);
-    for (int64_t i = 0; i < C; ++i) s += std::exp(x[r * C + i] - m);
-    for (int64_t i = 0; i < C; ++i)
-      total += ((1 - eps) * target[r * C + i] + eps / C) * (m + std::log(s) - x[r * C + i]);
-  }
-  return total / B;
-}
-
-std::vector<double> one_hot(const std::vector<int64_t>& labels, int64_t classes) {
-  std::vector<double> out(labels.size() * classes, 0.0);
-  for (size_t r = 0; r < labels.size(); ++r) out[r * classes + labels[r]] = 1.0;
-  return out;
 }
 
 TEST(CrossEntropy, LabelSmoothingAndSoftTargetsMatchNaive) {

@@ -56,8 +56,8 @@ LoaderBenchResult bench_loader(const TrainConfig& config, const VitConfig& model
   loader_options.batch_size = config.batch_size;
   loader_options.num_workers = config.workers;
   loader_options.seed = config.seed;
-  loader_options.max_bad_samples = static_cast<int64_t>(config.bad_sample_limit * data.dataset->size());
-  loader_options.on_bad_sample = [](const std::string& what) { std::cerr << "warning: skipped bad sample " << what << "\n"; };
+  loader_options.max_bad_samples = bad_sample_allowance(config, *data.dataset);
+  loader_options.on_bad_sample = warn_of_bad_sample;
   DataLoader loader(*data.dataset, data.order, 0, loader_options);
 
   LoaderBenchResult r;
