@@ -9,7 +9,10 @@
 #                    and time it against this build: scripts/speed_before_after.sh
 #   GPU_TESTS=1      ctest -L gpu (GPU_TEST_FILTER=regex picks some; each stops after 180 s)
 #   BENCH=1          one GPU against PyTorch eager and torch.compile: scripts/bench_single_gpu.sh
+#   FAMILY=1         the ViT family against PyTorch's forms: scripts/bench_family.sh (its ROWS,
+#                    PRECISIONS, PYTORCH, COMPILE_ROWS, VITDDP_ONLY, OP_BREAKDOWN pass through)
 #   LOSS_CURVE=1     bf16 and tf32 loss curves against fp32's: scripts/loss_curve_check.sh
+#   OPS="m:b ..."    --op-breakdown of vitddp's bf16 step for each model:batch (ops_M_B.log)
 #   JPEG=1           JPEG files at the GPU's pace: scripts/jpeg_bench.sh
 #   SWEEP="f.json"   train bench --sweep FILE for each (REFERENCE=1: PyTorch's rows beside ours)
 set -uo pipefail
@@ -22,15 +25,20 @@ exec > >(tee "$OUT/run.log") 2>&1
 start=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - start )) s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+# cuDNN: the one PyTorch's wheel brings (nvidia-cudnn) when there is one, else the system's.
+cudnn_root=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || true)
+[ -n "$cudnn_root" ] && export LD_LIBRARY_PATH="$cudnn_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 build() {  # SOURCE_DIR BUILD_DIR TARGETS...
   local src=$1 dir=$2
   shift 2
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_PREFIX_PATH="$PWD/.deps/root/usr" -DVITDDP_PYTHON="$(command -v python3)" > "$OUT/configure_$(basename "$dir").log" 2>&1 \
+    -DCMAKE_PREFIX_PATH="$PWD/.deps/root/usr" -DVITDDP_PYTHON="$(command -v python3)" ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} \
+    -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" > "$OUT/configure_$(basename "$dir").log" 2>&1 \
     && cmake --build "$dir" -j "$(nproc)" --target "$@" > "$OUT/build_$(basename "$dir").log" 2>&1
 }
 build . build-gpu train vitddp_gpu_tests || { grep -E "error" -A5 "$OUT"/build_*.log | head -40; exit 1; }
 stamp "build ok (commit ${COMMIT:-unknown})"
+grep -h "vitddp: CUDA backend" "$OUT/configure_build-gpu.log"
 if [ -n "${BEFORE:-}" ]; then
   build "$BEFORE" build-before train || { grep -E "error" -A5 "$OUT/build_build-before.log" | head -40; exit 1; }
   stamp "build of $BEFORE ok"
@@ -50,6 +58,16 @@ if [ "${BENCH:-0}" = 1 ]; then
     .deps/anchors/torch_ddp_vit.py ${BENCH_PRECISIONS:-bf16 tf32 fp32}
   stamp "bench done"
 fi
+if [ "${FAMILY:-0}" = 1 ]; then
+  OUT="$OUT" bash scripts/bench_family.sh build-gpu .deps/anchors
+  stamp "family done"
+fi
+for row in ${OPS:-}; do
+  model=${row%%:*} batch=${row##*:}
+  build-gpu/bin/train --gpus 1 --model "$model" --batch-size "$batch" --precision bf16 --data gpu --steps 20 \
+    --set untimed-steps=10 --print-every 0 --op-breakdown > "$OUT/ops_${model}_$batch.log" 2>&1
+  stamp "op breakdown $model $batch exit $?"; grep -A25 "op breakdown of one step" "$OUT/ops_${model}_$batch.log" | head -30
+done
 if [ "${JPEG:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/jpeg_bench.sh build-gpu "${JPEG_IMAGES:-8000}" | tail -6
   stamp "jpeg done"

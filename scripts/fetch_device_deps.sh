@@ -3,7 +3,8 @@
 # GoogleTest and PyTorch but no package registry: the Debian packages the build needs beyond
 # those (CLI11, nlohmann/json, libjpeg-turbo's TurboJPEG, libpng with zlib's headers) are
 # downloaded here and unpacked into .deps/root (the build links the libraries there by path),
-# and the PyTorch reference script is copied into .deps/anchors. Name .deps in the device call's `carry`; configure there with
+# the cuDNN frontend's headers (the nvidia-cudnn-frontend wheel's include/, for cuDNN's fused
+# attention) into .deps/cudnn_frontend, and the PyTorch reference scripts are copied into .deps/anchors. Name .deps in the device call's `carry`; configure there with
 # -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +17,16 @@ find .deps/root -type l | while read -r link; do
   target=$(readlink "$link")
   if [[ $target == /* && -e .deps/root$target ]]; then ln -sfn "$(realpath -s --relative-to="$(dirname "$link")" ".deps/root$target")" "$link"; fi
 done
+# The frontend release the code was written against; its headers only (no Python part).
+frontend_version=1.32.0
+if [ ! -f .deps/cudnn_frontend/include/cudnn_frontend.h ]; then
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 -d "$tmp" \
+    "nvidia-cudnn-frontend==$frontend_version"
+  mkdir -p .deps/cudnn_frontend
+  python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+[z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith('include/')]" "$tmp"/nvidia_cudnn_frontend-*.whl .deps/cudnn_frontend
+  rm -rf "$tmp"
+fi
 if [ -d ../shared/anchors ]; then cp ../shared/anchors/*.py .deps/anchors/; fi
 echo "vitddp: .deps ready ($(du -sh .deps | cut -f1))"

@@ -204,6 +204,10 @@ bool fused_attention_fits(int64_t seq_len, int64_t head_dim) {
   return seq_len > 0 && head_dim > 0 && shared_bytes(seq_len, head_dim, 4, 2) <= kMaxSharedBytes;
 }
 
+bool tensor_core_attention_fits(DType dtype, int64_t seq_len, int64_t head_dim) {
+  return tc_attention_fits(dtype, seq_len, head_dim);
+}
+
 void mha_forward(const Tensor& qkv, int64_t num_heads, const Tensor& out, MhaKernel kernel) {
   if (use_tensor_cores(kernel, qkv, num_heads, {&qkv, &out})) {
     mha_forward_tc(qkv, num_heads, out);

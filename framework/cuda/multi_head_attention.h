@@ -17,6 +17,8 @@ enum class MhaKernel { kAuto, kSimt, kTensorCore };
 
 // Whether the fused kernels take this shape (shared memory bound).
 bool fused_attention_fits(int64_t seq_len, int64_t head_dim);
+// Whether kAuto runs this dtype and shape on the tensor-core kernels.
+bool tensor_core_attention_fits(DType dtype, int64_t seq_len, int64_t head_dim);
 // out (B, N, D) from qkv (B, N, 3D), contiguous, f32/bf16/f16.
 void mha_forward(const Tensor& qkv, int64_t num_heads, const Tensor& out, MhaKernel kernel = MhaKernel::kAuto);
 // dqkv (B, N, 3D) from qkv and dout (B, N, D); every element of dqkv is written.

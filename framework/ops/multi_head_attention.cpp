@@ -1,5 +1,7 @@
-// multi_head_attention: the fused CUDA path and the composed path (every other case).
+// multi_head_attention: cuDNN's fused attention, the project's fused kernels, and the composed
+// path (every other case); Note [Which attention runs] says which.
 #include "framework/autograd/node.h"
+#include "framework/cuda/cudnn_attention.h"
 #include "framework/cuda/multi_head_attention.h"
 #include "framework/ops/attention.h"
 #include "framework/ops/dispatch.h"
@@ -27,6 +29,32 @@ class MultiHeadAttentionBackward final : public Node {
   int64_t num_heads_;
 };
 
+// cuDNN's backward reads the forward's output and its softmax log-sum-exp instead of
+// recomputing them; `out` is kept detached (it is this node's own output).
+class CudnnAttentionBackward final : public Node {
+ public:
+  CudnnAttentionBackward(const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t num_heads)
+      : num_heads_(num_heads) {
+    save(qkv);
+    save(out.detach());
+    save(lse);
+  }
+  std::string name() const override { return "CudnnAttentionBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const Tensor& qkv = saved(0);
+    Tensor dout = grads[0].to(qkv.dtype()).contiguous();
+    Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+    on_device(
+        qkv.device(), "multi_head_attention backward",
+        [&] { VITDDP_ASSERT(false, "cuDNN attention is CUDA only"); },
+        [&] { cuda::sdpa_backward(qkv, saved(1), saved(2), dout, num_heads_, dqkv); });
+    return {dqkv};
+  }
+
+ private:
+  int64_t num_heads_;
+};
+
 // The composed form: split heads, scaled_dot_product_attention, merge heads.
 Tensor composed(const Tensor& qkv, int64_t num_heads) {
   const int64_t b = qkv.size(0), n = qkv.size(1), dim = qkv.size(2) / 3, hd = dim / num_heads;
@@ -35,14 +63,28 @@ Tensor composed(const Tensor& qkv, int64_t num_heads) {
   return reshape(permute(o, {0, 2, 1, 3}), {b, n, dim});  // (B, N, D)
 }
 
-bool use_fused(const Tensor& qkv, int64_t num_heads) {
+// Note [Which attention runs]
+// On the GPU, in this order: (1) the project's tensor-core kernels where they fit (bf16/f16/f32
+// heads of 64 dims over at most 64 tokens, ViT-L/32's shape: one block per head, no log-sum-exp
+// kept, the backward recomputing the probabilities); (2) for bf16/f16 otherwise, cuDNN's fused
+// attention (tiles over keys with an online softmax, any sequence length, head dims to 128)
+// where the build has it and cuDNN takes the shape; (3) the project's SIMT kernels where a head
+// fits in shared memory; (4) the composed ops (head split, scaled_dot_product_attention, head
+// merge), which also serve the CPU and f64. All read the packed qkv except (4).
+enum class Path { kFused, kCudnn, kComposed };
+
+Path choose(const Tensor& qkv, int64_t num_heads, bool training) {
 #if VITDDP_WITH_CUDA
-  return qkv.device().is_cuda() && qkv.dtype() != DType::kF64 &&
-         cuda::fused_attention_fits(qkv.size(1), qkv.size(2) / 3 / num_heads);
+  if (!qkv.device().is_cuda() || qkv.dtype() == DType::kF64) return Path::kComposed;
+  const int64_t n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
+  if (cuda::tensor_core_attention_fits(qkv.dtype(), n, hd)) return Path::kFused;
+  if (cuda::sdpa_available(qkv, num_heads, training)) return Path::kCudnn;
+  return cuda::fused_attention_fits(n, hd) ? Path::kFused : Path::kComposed;
 #else
   (void)qkv;
   (void)num_heads;
-  return false;
+  (void)training;
+  return Path::kComposed;
 #endif
 }
 
@@ -52,9 +94,20 @@ Tensor multi_head_attention(const Tensor& qkv_in, int64_t num_heads) {
   check_tensor(qkv_in.dim() == 3 && qkv_in.size(2) % 3 == 0, "multi_head_attention", "qkv (B, N, 3D)", qkv_in);
   VITDDP_CHECK(num_heads > 0 && (qkv_in.size(2) / 3) % num_heads == 0, "multi_head_attention: ", num_heads,
                " heads do not divide dim ", qkv_in.size(2) / 3);
-  if (!use_fused(qkv_in, num_heads)) return composed(qkv_in, num_heads);
+  const bool training = any_requires_grad({qkv_in});
+  const Path path = choose(qkv_in, num_heads, training);
+  if (path == Path::kComposed) return composed(qkv_in, num_heads);
   Tensor qkv = qkv_in.contiguous();
   Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
+  if (path == Path::kCudnn) {
+    const Tensor lse =
+        training ? Tensor::empty({qkv.size(0), num_heads, qkv.size(1)}, DType::kF32, qkv.device()) : Tensor();
+    on_device(
+        qkv.device(), "multi_head_attention", [&] { VITDDP_ASSERT(false, "cuDNN attention is CUDA only"); },
+        [&] { cuda::sdpa_forward(qkv, num_heads, out, lse); });
+    if (training) record(std::make_shared<CudnnAttentionBackward>(qkv, out, lse, num_heads), {qkv_in}, out);
+    return out;
+  }
   on_device(
       qkv.device(), "multi_head_attention", [&] { VITDDP_ASSERT(false, "the fused attention path is CUDA only"); },
       [&] { cuda::mha_forward(qkv, num_heads, out); });
