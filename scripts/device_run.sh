@@ -9,8 +9,8 @@
 #                    and time it against this build: scripts/speed_before_after.sh
 #   GPU_TESTS=1      ctest -L gpu (GPU_TEST_FILTER=regex picks some; each stops after 180 s)
 #   BENCH=1          one GPU against PyTorch eager and torch.compile: scripts/bench_single_gpu.sh
-#   FAMILY=1         the ViT family against PyTorch's forms: scripts/bench_family.sh (its ROWS,
-#                    PRECISIONS, PYTORCH, COMPILE_ROWS, VITDDP_ONLY, OP_BREAKDOWN pass through)
+#   FAMILY=1         the ViT family against PyTorch's forms: scripts/bench_family.sh (its ROWS and
+#                    VITDDP_ONLY pass through)
 #   LOSS_CURVE=1     bf16 and tf32 loss curves against fp32's: scripts/loss_curve_check.sh
 #   OPS="m:b ..."    --op-breakdown of vitddp's bf16 step for each model:batch (ops_M_B.log)
 #   JPEG=1           JPEG files at the GPU's pace: scripts/jpeg_bench.sh
