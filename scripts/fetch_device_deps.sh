@@ -17,16 +17,6 @@ find .deps/root -type l | while read -r link; do
   target=$(readlink "$link")
   if [[ $target == /* && -e .deps/root$target ]]; then ln -sfn "$(realpath -s --relative-to="$(dirname "$link")" ".deps/root$target")" "$link"; fi
 done
-# The frontend release the code was written against; its headers only (no Python part).
-frontend_version=1.32.0
-if [ ! -f .deps/cudnn_frontend/include/cudnn_frontend.h ]; then
-  tmp=$(mktemp -d)
-  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 -d "$tmp" \
-    "nvidia-cudnn-frontend==$frontend_version"
-  mkdir -p .deps/cudnn_frontend
-  python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
-[z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith('include/')]" "$tmp"/nvidia_cudnn_frontend-*.whl .deps/cudnn_frontend
-  rm -rf "$tmp"
-fi
+bash scripts/fetch_cudnn_frontend.sh
 if [ -d ../shared/anchors ]; then cp ../shared/anchors/*.py .deps/anchors/; fi
 echo "vitddp: .deps ready ($(du -sh .deps | cut -f1))"
