@@ -111,9 +111,11 @@ std::vector<TableRow> compute_table(const std::vector<BenchRow>& rows, const Ben
       out.push_back(t);
       continue;
     }
+    // Against the baseline's worker count: a 4-rank row over a 4-rank baseline scales by 1.
+    const double workers = static_cast<double>(r.gpus) / std::max(baseline.gpus, 1);
     t.speedup = r.images_per_s / baseline.images_per_s;
-    t.scaling_efficiency = t.speedup / r.gpus;
-    t.ideal_images_per_s = baseline.images_per_s * r.gpus;
+    t.scaling_efficiency = t.speedup / workers;
+    t.ideal_images_per_s = baseline.images_per_s * workers;
     if (r.accuracy && baseline.accuracy) t.accuracy_verdict = accuracy_verdict(*r.accuracy, *baseline.accuracy);
     out.push_back(t);
   }

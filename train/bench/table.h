@@ -42,8 +42,8 @@ struct BenchRow {
 struct TableRow {
   BenchRow row;
   double speedup = 0;             // images/s over the baseline's
-  double scaling_efficiency = 0;  // speedup / gpus
-  double ideal_images_per_s = 0;  // the baseline's images/s x gpus (linear scaling)
+  double scaling_efficiency = 0;  // speedup / (gpus / the baseline's gpus)
+  double ideal_images_per_s = 0;  // the baseline's images/s x gpus / its gpus (linear scaling)
   std::string accuracy_verdict;   // against the baseline's seeds (accuracy_verdict()); "" when unknown
 };
 

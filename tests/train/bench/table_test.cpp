@@ -35,6 +35,19 @@ TEST(Table, SpeedupAndScalingEfficiency) {
   for (const TableRow& r : t) EXPECT_NEAR(r.scaling_efficiency, r.row.steps_per_s / kBaseline.steps_per_s, 1e-12);
 }
 
+// A baseline of several workers (the CPU accuracy sweep's 4 Gloo ranks): rows of the same count
+// scale by their speedup, not by a quarter of it; twice the workers double the ideal.
+TEST(Table, ScalingEfficiencyIsAgainstTheBaselinesWorkers) {
+  const BenchRow four{"all-reduce, 4 ranks", 4, 10.0, 1280.0, 0.0, 0};
+  const std::vector<TableRow> t =
+      compute_table({four, {"fp16, 4 ranks", 4, 9.0, 1152.0, 0.0, 0}, {"8 ranks", 8, 9.5, 2432.0, 0.0, 0}}, four);
+  EXPECT_DOUBLE_EQ(t[0].scaling_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(t[1].speedup, 0.9);
+  EXPECT_DOUBLE_EQ(t[1].scaling_efficiency, 0.9);
+  EXPECT_DOUBLE_EQ(t[2].ideal_images_per_s, 2560.0);
+  EXPECT_DOUBLE_EQ(t[2].scaling_efficiency, 0.95);
+}
+
 TEST(Table, MarkdownMatchesGolden) {
   const std::string golden =
       "| configuration | GPUs | steps/s | images/s | speedup | scaling efficiency | exposed comm (ms) | peak memory (MiB) "
