@@ -45,6 +45,14 @@ class RankSet {
  public:
   explicit RankSet(int n = 0) : words_(static_cast<size_t>((n + 63) / 64), 0) {}
   void add(int r) { words_[static_cast<size_t>(r / 64)] |= uint64_t{1} << (r % 64); }
+  // Ranks lo..hi (lo <= hi), a word at a time: rings of a thousand ranks build n prefixes each.
+  void add_range(int lo, int hi) {
+    for (int w = lo / 64; w <= hi / 64; ++w) {
+      const int a = std::max(lo, w * 64) - w * 64, b = std::min(hi, w * 64 + 63) - w * 64;
+      const uint64_t upto_b = b == 63 ? ~uint64_t{0} : (uint64_t{1} << (b + 1)) - 1;
+      words_[static_cast<size_t>(w)] |= upto_b & ~((uint64_t{1} << a) - 1);
+    }
+  }
   void merge(const RankSet& o) {
     for (size_t i = 0; i < words_.size(); ++i) words_[i] |= o.words_[i];
   }
@@ -78,7 +86,13 @@ class Ring {
       s.merged = RankSet(n_);
       s.merged.add(r_);
       s.prefix = RankSet(n_);
-      for (int x = c; x != r_; x = mod(x + 1)) s.prefix.add(x);
+      // c, c + 1, ..., r - 1 around the ring (empty when c == r).
+      if (c < r_) {
+        s.prefix.add_range(c, r_ - 1);
+      } else if (c > r_) {
+        s.prefix.add_range(c, n_ - 1);
+        if (r_ > 0) s.prefix.add_range(0, r_ - 1);
+      }
     }
   }
 

@@ -123,6 +123,16 @@ TEST(BypassRing, TwoSlowRanksAdjacentOrApart) {
     }
 }
 
+// 70 ranks: the pieces' rank sets span two 64-bit words, and prefixes wrap around the ring.
+TEST(BypassRing, SeventyRanksSetsOverTwoWords) {
+  const int n = 70;
+  std::vector<double> delays(static_cast<size_t>(n), 0.0);
+  delays[5] = delays[64] = 0.006;
+  const Outcome o = run_ring(n, 3 * n + 11, delays, {true, kWait});
+  EXPECT_TRUE(exact(o, n, 3 * n + 11));
+  EXPECT_GT(total(o, &RingStats::skips), 0);
+}
+
 // Fewer elements than ranks (empty chunks), one element, and none.
 TEST(BypassRing, ChunksOfEverySizeIncludingEmpty) {
   for (int n : {3, 6, 8})
