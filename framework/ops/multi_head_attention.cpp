@@ -10,49 +10,40 @@
 namespace vitddp {
 namespace {
 
+// The fused paths' backward. The project's kernels recompute the probabilities from qkv;
+// cuDNN's reads the forward's output and softmax log-sum-exp instead (kept here, `out`
+// detached since it is this node's own output).
 class MultiHeadAttentionBackward final : public Node {
  public:
-  MultiHeadAttentionBackward(const Tensor& qkv, int64_t num_heads) : num_heads_(num_heads) { save(qkv); }
-  std::string name() const override { return "MultiHeadAttentionBackward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    const Tensor& qkv = saved(0);
-    Tensor dout = grads[0].to(qkv.dtype()).contiguous();
-    Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
-    on_device(
-        qkv.device(), "multi_head_attention backward",
-        [&] { VITDDP_ASSERT(false, "the fused attention path is CUDA only"); },
-        [&] { cuda::mha_backward(qkv, dout, num_heads_, dqkv); });
-    return {dqkv};
-  }
-
- private:
-  int64_t num_heads_;
-};
-
-// cuDNN's backward reads the forward's output and its softmax log-sum-exp instead of
-// recomputing them; `out` is kept detached (it is this node's own output).
-class CudnnAttentionBackward final : public Node {
- public:
-  CudnnAttentionBackward(const Tensor& qkv, const Tensor& out, const Tensor& lse, int64_t num_heads)
-      : num_heads_(num_heads) {
+  MultiHeadAttentionBackward(const Tensor& qkv, int64_t num_heads, const Tensor& out = Tensor(),
+                             const Tensor& lse = Tensor())
+      : num_heads_(num_heads), cudnn_(lse.defined()) {
     save(qkv);
-    save(out.detach());
-    save(lse);
+    if (cudnn_) {
+      save(out.detach());
+      save(lse);
+    }
   }
-  std::string name() const override { return "CudnnAttentionBackward"; }
+  std::string name() const override { return cudnn_ ? "CudnnAttentionBackward" : "MultiHeadAttentionBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& qkv = saved(0);
     Tensor dout = grads[0].to(qkv.dtype()).contiguous();
     Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
     on_device(
         qkv.device(), "multi_head_attention backward",
-        [&] { VITDDP_ASSERT(false, "cuDNN attention is CUDA only"); },
-        [&] { cuda::sdpa_backward(qkv, saved(1), saved(2), dout, num_heads_, dqkv); });
+        [&] { VITDDP_ASSERT(false, "the fused attention paths are CUDA only"); },
+        [&] {
+          if (cudnn_)
+            cuda::sdpa_backward(qkv, saved(1), saved(2), dout, num_heads_, dqkv);
+          else
+            cuda::mha_backward(qkv, dout, num_heads_, dqkv);
+        });
     return {dqkv};
   }
 
  private:
   int64_t num_heads_;
+  bool cudnn_;
 };
 
 // The composed form: split heads, scaled_dot_product_attention, merge heads.
@@ -105,7 +96,7 @@ Tensor multi_head_attention(const Tensor& qkv_in, int64_t num_heads) {
     on_device(
         qkv.device(), "multi_head_attention", [&] { VITDDP_ASSERT(false, "cuDNN attention is CUDA only"); },
         [&] { cuda::sdpa_forward(qkv, num_heads, out, lse); });
-    if (training) record(std::make_shared<CudnnAttentionBackward>(qkv, out, lse, num_heads), {qkv_in}, out);
+    if (training) record(std::make_shared<MultiHeadAttentionBackward>(qkv, num_heads, out, lse), {qkv_in}, out);
     return out;
   }
   on_device(

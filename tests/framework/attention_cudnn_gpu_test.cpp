@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/gpu.h"
+#include "common/guarded_tensor.h"
 #include "framework/autograd/node.h"
 #include "framework/cuda/cudnn_attention.h"
 #include "framework/ops/attention.h"
@@ -30,7 +31,6 @@ const bool kPoisonAllocations = (setenv("VITDDP_POISON_ALLOC", "1", 1), true);
 using testing::random_tensor;
 
 constexpr int64_t kGuardElems = 4096;
-constexpr double kGuardValue = 7.0;
 
 struct Case {
   DType dtype;
@@ -45,27 +45,9 @@ std::string case_name(const Case& c) {
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " tol " << c.tol; }
 
-struct Guarded {
-  Tensor all, view, guard;
-};
-
-Guarded guarded(const Shape& shape, DType dtype) {
-  const int64_t numel = shape_numel(shape);
-  Guarded g;
-  g.all = Tensor::empty({numel + kGuardElems}, dtype, Device::cuda(0));
-  g.view = g.all.as_strided(shape, contiguous_strides(shape), 0);
-  g.guard = g.all.as_strided({kGuardElems}, {1}, numel);
-  g.guard.fill_(kGuardValue);
-  return g;
-}
-
-::testing::AssertionResult guard_intact(const std::string& what, const Guarded& g) {
-  std::vector<double> v = g.guard.to_vector();
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] != kGuardValue)
-      return ::testing::AssertionFailure() << what << ": guard element " << i << " past the output was overwritten";
-  return ::testing::AssertionSuccess();
-}
+testing::Guarded guarded(const Shape& shape, DType dtype) { return testing::guarded(shape, dtype, kGuardElems); }
+using testing::Guarded;
+using testing::guard_intact;
 
 // got against want, both (B, N, cols) flat, over columns [c0, c1); prints the worst element.
 ::testing::AssertionResult close(const std::string& what, const std::vector<double>& got,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/gpu.h"
+#include "common/guarded_tensor.h"
 #include "framework/cuda/context.h"
 #include "framework/cuda/multi_head_attention.h"
 #include "framework/ops/attention.h"
@@ -35,7 +36,6 @@ using testing::random_tensor;
 
 constexpr int64_t kHeadDim = 64;
 constexpr int64_t kGuardRows = 64;
-constexpr double kGuardValue = 7.0;
 
 struct Case {
   DType dtype;
@@ -53,32 +53,11 @@ std::string case_name(const Case& c) {
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c) << " tol " << c.tol; }
 
-// A device tensor of `shape` (poisoned) followed by guard elements set to kGuardValue: room for
-// 64 more rows, as far as a padded row of the last (batch, head) could reach.
-struct Guarded {
-  Tensor all;    // (numel + guard)
-  Tensor view;   // shape, contiguous, over the front of `all`
-  Tensor guard;  // (guard)
-};
-
-Guarded guarded(const Shape& shape, DType dtype) {
-  const int64_t numel = shape_numel(shape), guard = kGuardRows * shape.back();
-  Guarded g;
-  g.all = Tensor::empty({numel + guard}, dtype, Device::cuda(0));
-  g.view = g.all.as_strided(shape, contiguous_strides(shape), 0);
-  g.guard = g.all.as_strided({guard}, {1}, numel);
-  g.guard.fill_(kGuardValue);
-  return g;
-}
-
-::testing::AssertionResult guard_intact(const std::string& what, const Guarded& g) {
-  std::vector<double> v = g.guard.to_vector();
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] != kGuardValue)
-      return ::testing::AssertionFailure() << what << ": guard element " << i << " past the output was overwritten ("
-                                           << v[i] << "): a padded row wrote";
-  return ::testing::AssertionSuccess();
-}
+// Room for 64 more rows past each output, as far as a padded row of the last (batch, head)
+// could reach.
+testing::Guarded guarded(const Shape& shape, DType dtype) { return testing::guarded(shape, dtype, kGuardRows * shape.back()); }
+using testing::Guarded;
+using testing::guard_intact;
 
 // Checks got against want (both (B, N, C) as flat vectors) over columns [c0, c1); prints the
 // worst element either way.
