@@ -27,7 +27,8 @@ namespace vitddp::straggler {
 // At step s rank r first sends chunk r - s: its own values plus every piece merged so far (a
 // "skip" from r + 1 already received turns it into a redirect: the header says so to r + 1 and
 // the piece goes to r + 2 as a late piece). Then it waits for chunk r - s - 1 until P is
-// covered or, when bypassing, `wait_seconds` have passed; it then says "ok" or "skip" to r-1.
+// covered or, when bypassing, `wait_seconds` have passed (and then still for the values of a
+// piece whose header has come); it then says "ok" or "skip" to r-1.
 // The owner (the last step) waits for everything. A piece that arrives for a chunk already
 // sent is forwarded to r + 1 unreduced. A rank knows late pieces are coming when a header's
 // mask leaves part of P uncovered, and receives them until P is covered, so every posted
@@ -80,9 +81,10 @@ class Ring {
   Ring(RingTransport& t, float* data, size_t count, const BypassOptions& options)
       : t_(t), n_(t.size()), r_(t.rank()), data_(data), count_(count), options_(options) {
     chunks_.resize(static_cast<size_t>(n_));
+    deferred_.resize(static_cast<size_t>(n_));
     for (int c = 0; c < n_; ++c) {
       ChunkState& s = chunks_[static_cast<size_t>(c)];
-      s.covered = s.inflight = RankSet(n_);
+      s.covered = s.inflight = s.deferred = RankSet(n_);
       s.merged = RankSet(n_);
       s.merged.add(r_);
       s.prefix = RankSet(n_);
@@ -111,6 +113,7 @@ class Ring {
     RankSet prefix;    // P: the ranks before this one in the chunk's chain
     RankSet covered;   // of P: in pieces merged here, forwarded from here, or redirected past here
     RankSet inflight;  // of P: in pieces whose header came and whose payload has not
+    RankSet deferred;  // of P: in pieces that came before the chunk's step (deferred_)
     RankSet merged;    // in this rank's values of the chunk (its own rank included)
     bool header_seen = false, sent = false, late_posted = false, skip_requested = false;
     bool complete() const { return covered == prefix; }
@@ -118,6 +121,13 @@ class Ring {
   struct Pending {
     std::unique_ptr<Op> op;
     std::function<void(int source)> done;  // may post more
+    bool control = false;                  // a receive of a control
+  };
+  // A piece of a chunk that is not the awaited one yet: added in when that chunk's step comes,
+  // so that a reduce of a later chunk never delays the awaited one or a send.
+  struct Deferred {
+    RankSet mask;
+    const std::vector<float>* values;
   };
 
   int mod(int x) const { return ((x % n_) + n_) % n_; }
@@ -131,17 +141,18 @@ class Ring {
   size_t header_bytes() const { return sizeof(uint64_t) * (1 + chunks_[0].merged.words().size()); }
   ChunkState& state(int c) { return chunks_[static_cast<size_t>(c)]; }
 
-  void post(std::unique_ptr<Op> op, std::function<void(int)> done = nullptr) {
-    pending_.push_back({std::move(op), std::move(done)});
+  void post(std::unique_ptr<Op> op, std::function<void(int)> done = nullptr, bool control = false) {
+    pending_.push_back({std::move(op), std::move(done), control});
   }
 
-  // Runs the handlers of completed operations until `until()` holds (true) or `deadline`
-  // passes (false).
-  bool progress(const std::function<bool()>& until, double deadline) {
+  // Runs the handlers of completed operations (of control receives only, with
+  // `controls_only`) until `until()` holds (true) or `deadline` passes (false).
+  bool progress(const std::function<bool()>& until, double deadline, bool controls_only = false) {
     while (!until()) {
       std::vector<Op*> ops;
       ops.reserve(pending_.size());
-      for (Pending& p : pending_) ops.push_back(p.op.get());
+      for (Pending& p : pending_) ops.push_back(!controls_only || p.control ? p.op.get() : nullptr);
+      if (controls_only && std::all_of(ops.begin(), ops.end(), [](Op* o) { return o == nullptr; })) return until();
       VITDDP_ASSERT(!ops.empty(), "bypass ring: rank ", r_, " waits with nothing posted");
       const int i = t_.wait_any(ops, deadline);
       if (i < 0) return until();
@@ -151,8 +162,9 @@ class Ring {
     }
     return true;
   }
-  void poll() {
-    if (!pending_.empty()) progress([this] { return pending_.empty(); }, t_.now());
+  // The controls that have come, before a send (nothing else: no reduce delays the send).
+  void poll_controls() {
+    progress([] { return false; }, t_.now(), /*controls_only=*/true);
   }
 
   std::vector<uint64_t>& header_buffer(uint64_t flags, const RankSet& mask) {
@@ -183,7 +195,7 @@ class Ring {
 
   // Step s's send: chunk c with every piece merged so far, to r + 1, or past it when it asked.
   void send_chunk(int c) {
-    poll();  // a "skip" from r + 1 may have come
+    poll_controls();  // a "skip" from r + 1 may have come
     ChunkState& s = state(c);
     if (options_.bypass && s.skip_requested && n_ >= 3) {
       send_piece(mod(r_ + 1), Channel::kHeader, Channel::kPayload, c, kRedirected, s.merged, nullptr);
@@ -195,15 +207,26 @@ class Ring {
     s.sent = true;
   }
 
-  // A piece of chunk c arrived: added in if the chunk is still here, else passed on.
+  void merge(int c, const RankSet& mask, const std::vector<float>& values) {
+    t_.before_reduce(values.size());
+    float* dst = chunk(c);
+    for (size_t i = 0; i < values.size(); ++i) dst[i] += values[i];
+    state(c).merged.merge(mask);
+  }
+
+  // A piece of chunk c arrived: added in if the chunk is the awaited one, kept for its step if
+  // it is a later one, passed on if the chunk has gone.
   void on_piece(int c, const RankSet& mask, const std::vector<float>& values) {
     ChunkState& s = state(c);
     s.inflight.remove(mask);
+    if (!s.sent && c != awaited_) {
+      deferred_[static_cast<size_t>(c)].push_back({mask, &values});
+      s.deferred.merge(mask);
+      expect_late(c);
+      return;
+    }
     if (!s.sent) {
-      t_.before_reduce(values.size());
-      float* dst = chunk(c);
-      for (size_t i = 0; i < values.size(); ++i) dst[i] += values[i];
-      s.merged.merge(mask);
+      merge(c, mask, values);
     } else {
       send_piece(mod(r_ + 1), Channel::kLateHeader, Channel::kLatePayload, c, 0, mask, values.data());
       ++stats_.forwarded;
@@ -240,7 +263,7 @@ class Ring {
   // the rest comes as late pieces.
   void expect_late(int c) {
     ChunkState& s = state(c);
-    if (!s.header_seen || s.late_posted || s.covered.with(s.inflight) == s.prefix) return;
+    if (!s.header_seen || s.late_posted || s.covered.with(s.inflight).with(s.deferred) == s.prefix) return;
     s.late_posted = true;
     std::vector<int> from = {mod(r_ - 1)};
     if (n_ >= 3) from.push_back(mod(r_ - 2));
@@ -266,19 +289,33 @@ class Ring {
       post(t_.post_recv({mod(r_ + 1)}, Channel::kControl, static_cast<uint64_t>(c_out), &v, 1),
            [this, c_out, &v](int) {
              if (v == kSkip) state(c_out).skip_requested = true;
-           });
+           },
+           /*control=*/true);
     }
     const double forever = std::numeric_limits<double>::infinity();
     for (int s = 0; s < n_ - 1; ++s) {
       send_chunk(mod(r_ - s));
       const int c = mod(r_ - s - 1);
+      awaited_ = c;
+      for (const Deferred& d : deferred_[static_cast<size_t>(c)]) {
+        merge(c, d.mask, *d.values);
+        state(c).covered.merge(d.mask);
+      }
+      state(c).deferred = RankSet(n_);
+      deferred_[static_cast<size_t>(c)].clear();
       const bool owner = s == n_ - 2;
       const double deadline = options_.bypass && !owner && n_ >= 3 ? t_.now() + options_.wait_seconds : forever;
-      const bool complete = progress([&] { return state(c).complete(); }, deadline);
+      bool complete = progress([&] { return state(c).complete(); }, deadline);
+      // A piece whose header has come is arriving: waiting for its values costs their transfer
+      // only, where moving on would cost a forward and a reduce further on.
+      if (!complete && !(state(c).inflight == RankSet(n_)))
+        complete = progress([&] { return state(c).complete() || state(c).inflight == RankSet(n_); }, forever) &&
+                   state(c).complete();
       const bool skipped = !complete && !state(c).header_seen;
       if (skipped) ++stats_.skips;
       send_control(c, skipped ? kSkip : kOk);
     }
+    awaited_ = -1;
     stats_.reduce_scatter_done = t_.now();
     // What is left: late pieces to pass on, controls to take, sends to finish.
     progress([&] { return pending_.empty(); }, forever);
@@ -308,6 +345,8 @@ class Ring {
   const size_t count_;
   const BypassOptions options_;
   std::vector<ChunkState> chunks_;
+  std::vector<std::vector<Deferred>> deferred_;
+  int awaited_ = -1;  // the chunk of the step under way
   std::vector<Pending> pending_;
   // Buffers of posted operations; a deque keeps each one where it is while more are added.
   std::deque<std::vector<uint64_t>> headers_;

@@ -1,0 +1,65 @@
+// RingTransport on SimGrid's S4U: each rank is an actor on a host of its own, every rank's
+// messages go through one mailbox it is the permanent receiver of (so they flow as soon as they
+// are sent, as TCP's do), and the transport matches them to the posted receives by channel, tag
+// and source. Payloads may stand for more bytes than they hold: `payload_scale` multiplies the
+// simulated size of every payload and the elements each reduce is charged for, so a ring of a
+// thousand ranks moves real values (and its sums are checked) at any simulated size.
+#pragma once
+
+#include <simgrid/s4u.hpp>
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "distributed/straggler/ring_transport.h"
+
+namespace vitddp::sim {
+
+struct SimMessage {
+  int from;
+  straggler::Channel channel;
+  uint64_t tag;
+  std::vector<unsigned char> bytes;
+};
+
+class SimGridTransport final : public straggler::RingTransport {
+ public:
+  // `flop_per_element`: the compute charged per reduced element on this rank's host.
+  // `late_seconds`: what this rank adds to its reduces as a straggler (a sleep), at every one
+  // when `late_reduce` < 0, else only at that one (counted from 0).
+  SimGridTransport(int rank, int size, double payload_scale, double flop_per_element, double late_seconds = 0,
+                   int late_reduce = -1);
+  ~SimGridTransport() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  double now() override { return simgrid::s4u::Engine::get_clock(); }
+  std::unique_ptr<Op> post_send(int to, straggler::Channel channel, uint64_t tag, const void* data,
+                                size_t bytes) override;
+  std::unique_ptr<Op> post_recv(const std::vector<int>& from, straggler::Channel channel, uint64_t tag, void* data,
+                                size_t bytes) override;
+  int wait_any(const std::vector<Op*>& ops, double deadline) override;
+  void before_reduce(size_t elements) override;
+
+  class RecvOp;
+  class SendOp;
+
+ private:
+  void dispatch(SimMessage* m);
+  bool take(RecvOp& op, SimMessage& m);
+
+  const int rank_, size_;
+  const double payload_scale_, flop_per_element_, late_seconds_;
+  const int late_reduce_;
+  int reduces_ = 0;
+  simgrid::s4u::Mailbox* inbox_;
+  simgrid::s4u::CommPtr incoming_;  // the one get on the inbox, always posted
+  SimMessage* arrived_ = nullptr;   // where it lands
+  std::deque<std::unique_ptr<SimMessage>> unclaimed_;
+  std::vector<RecvOp*> posted_;
+};
+
+// The mailbox of `rank`'s messages.
+simgrid::s4u::Mailbox* inbox_of(int rank);
+
+}  // namespace vitddp::sim
