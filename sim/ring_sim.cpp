@@ -42,7 +42,7 @@ struct Args {
 int main(int argc, char** argv) {
   Args a;
   CLI::App app{"ring_sim: the straggler-aware ring all-reduce in SimGrid (one run, one JSON line)"};
-  app.add_option("--ranks", a.ranks, "ring size")->check(CLI::Range(2, 4096));
+  app.add_option("--ranks", a.ranks, "ring size")->check(CLI::Range(2, 1024));
   app.add_option("--chunk-bytes", a.chunk_bytes, "simulated bytes of each of the n chunks")->check(CLI::PositiveNumber);
   app.add_option("--step-seconds", a.step_seconds, "T: one chunk's reduce on a normal host")->check(CLI::NonNegativeNumber);
   app.add_option("--slow-extra-seconds", a.slow_extra_seconds, "dT: added to each reduce on a slow host")
@@ -96,13 +96,15 @@ int main(int argc, char** argv) {
     sg4::Actor::create("rank-" + std::to_string(r), hosts[static_cast<size_t>(r)], [&, r] {
       const size_t count = static_cast<size_t>(a.ranks);
       std::vector<float> data(count);
-      for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((r + 1) * 1000 + static_cast<int>(i));
+      // Sums below 2^24 up to 1,024 ranks (so exact in f32), and different for chunks of
+      // different i % 5 (so a piece added into the wrong chunk shows).
+      for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((r + 1) + 2048 * static_cast<int>(i % 5));
       vitddp::sim::SimGridTransport transport(r, a.ranks, elements_per_chunk, 1.0,
                                               slow.count(r) ? a.slow_extra_seconds : 0.0, a.late_reduce);
       stats[static_cast<size_t>(r)] = vitddp::straggler::ring_allreduce(transport, data.data(), count, options);
       for (size_t i = 0; i < count; ++i) {
         const double n = a.ranks;
-        const double want = 1000.0 * n * (n + 1) / 2 + n * static_cast<double>(i);
+        const double want = n * (n + 1) / 2 + 2048.0 * n * static_cast<double>(i % 5);
         if (static_cast<double>(data[i]) != want) ++wrong[static_cast<size_t>(r)];
       }
     });

@@ -29,12 +29,10 @@ class SimGridTransport::RecvOp final : public Op {
   int source_rank = -1;
 };
 
+// Complete when posted (post_send copies the bytes).
 class SimGridTransport::SendOp final : public Op {
  public:
-  explicit SendOp(sg4::CommPtr comm) : comm(std::move(comm)) {}
   int source() const override { return -1; }
-  sg4::CommPtr comm;
-  bool done = false;
 };
 
 namespace {
@@ -44,24 +42,56 @@ bool is_payload(Channel c) { return c == Channel::kPayload || c == Channel::kLat
 SimGridTransport::SimGridTransport(int rank, int size, double payload_scale, double flop_per_element,
                                    double late_seconds, int late_reduce)
     : rank_(rank), size_(size), payload_scale_(payload_scale), flop_per_element_(flop_per_element),
-      late_seconds_(late_seconds), late_reduce_(late_reduce), inbox_(inbox_of(rank)) {
-  inbox_->set_receiver(sg4::Actor::self());
+      late_seconds_(late_seconds), late_reduce_(late_reduce), inbox_(inbox_of(rank)),
+      mutex_(sg4::Mutex::create()), arrived_(sg4::ConditionVariable::create()) {
+  receiver_ = sg4::Actor::create("inbox-" + std::to_string(rank), sg4::this_actor::get_host(),
+                                 [this] { receive_loop(); });
+  inbox_->set_receiver(receiver_);
 }
 
+// A message of no channel from the rank itself ends the receiver.
 SimGridTransport::~SimGridTransport() {
-  if (incoming_) incoming_->cancel();
+  inbox_->put(new SimMessage{rank_, Channel::kControl, ~uint64_t{0}, {}}, 1);
   inbox_->set_receiver(nullptr);
+}
+
+void SimGridTransport::receive_loop() {
+  for (;;) {
+    auto* m = inbox_->get<SimMessage>();
+    if (m->from == rank_ && m->tag == ~uint64_t{0}) {
+      delete m;
+      return;
+    }
+    std::unique_lock<sg4::Mutex> lock(*mutex_);
+    dispatch(m);
+    arrived_->notify_all();
+  }
 }
 
 std::unique_ptr<straggler::RingTransport::Op> SimGridTransport::post_send(int to, Channel channel, uint64_t tag, const void* data,
                                                                size_t bytes) {
   auto* m = new SimMessage{rank_, channel, tag, {}};
-  if (getenv("RING_SIM_TRACE")) fprintf(stderr, "%9.3f send %d->%d ch%d tag%lu\n", now() * 1e6, rank_, to, int(channel), (unsigned long)tag);
   const auto* p = static_cast<const unsigned char*>(data);
   m->bytes.assign(p, p + bytes);
   const double simulated = is_payload(channel) ? static_cast<double>(bytes) * payload_scale_ : static_cast<double>(bytes);
-  // A message of no bytes still crosses the link's latency.
-  return std::make_unique<SendOp>(inbox_of(to)->put_async(m, static_cast<uint64_t>(std::max(1.0, simulated))));
+  // A message of no bytes still crosses the link's latency. Detached: the bytes are copied, so
+  // the caller's buffer is free at once (and SimGrid keeps no list of the rank's sends, whose
+  // length made every completion slower).
+  inbox_of(to)->put_init(m, static_cast<uint64_t>(std::max(1.0, simulated)))->detach();
+  return std::make_unique<SendOp>();
+}
+
+std::unique_ptr<straggler::RingTransport::Op> SimGridTransport::post_recv_locked(const std::vector<int>& from,
+                                                                               Channel channel, uint64_t tag,
+                                                                               void* data, size_t bytes) {
+  auto op = std::make_unique<RecvOp>(from, channel, tag, data, bytes);
+  for (auto it = unclaimed_.begin(); it != unclaimed_.end(); ++it)
+    if (take(*op, **it)) {
+      unclaimed_.erase(it);
+      return op;
+    }
+  posted_.push_back(op.get());
+  return op;
 }
 
 bool SimGridTransport::take(RecvOp& op, SimMessage& m) {
@@ -77,20 +107,13 @@ bool SimGridTransport::take(RecvOp& op, SimMessage& m) {
 }
 
 std::unique_ptr<straggler::RingTransport::Op> SimGridTransport::post_recv(const std::vector<int>& from, Channel channel,
-                                                               uint64_t tag, void* data, size_t bytes) {
-  auto op = std::make_unique<RecvOp>(from, channel, tag, data, bytes);
-  for (auto it = unclaimed_.begin(); it != unclaimed_.end(); ++it)
-    if (take(*op, **it)) {
-      unclaimed_.erase(it);
-      return op;
-    }
-  posted_.push_back(op.get());
-  return op;
+                                                                               uint64_t tag, void* data, size_t bytes) {
+  std::unique_lock<sg4::Mutex> lock(*mutex_);
+  return post_recv_locked(from, channel, tag, data, bytes);
 }
 
 void SimGridTransport::dispatch(SimMessage* raw) {
   std::unique_ptr<SimMessage> m(raw);
-  if (getenv("RING_SIM_TRACE")) fprintf(stderr, "%9.3f got  %d<-%d ch%d tag%lu\n", now() * 1e6, rank_, m->from, int(m->channel), (unsigned long)m->tag);
   for (auto it = posted_.begin(); it != posted_.end(); ++it)
     if (take(**it, *m)) {
       posted_.erase(it);
@@ -100,43 +123,23 @@ void SimGridTransport::dispatch(SimMessage* raw) {
 }
 
 int SimGridTransport::wait_any(const std::vector<Op*>& ops, double deadline) {
+  std::unique_lock<sg4::Mutex> lock(*mutex_);
   for (;;) {
-    // Take what has already arrived first: a poll (deadline now) must see it.
-    if (!incoming_) incoming_ = inbox_->get_async<SimMessage>(&arrived_);
-    while (incoming_->test()) {
-      dispatch(arrived_);
-      arrived_ = nullptr;
-      incoming_ = inbox_->get_async<SimMessage>(&arrived_);
-    }
-    std::vector<sg4::CommPtr> comms;
-    std::vector<int> index_of;  // comms[k] is ops[index_of[k]]'s, or the inbox's (-1)
+    bool receives_pending = false;
     for (size_t i = 0; i < ops.size(); ++i) {
       if (!ops[i]) continue;
       if (auto* r = dynamic_cast<RecvOp*>(ops[i])) {
         if (r->done) return static_cast<int>(i);
+        receives_pending = true;
       } else {
-        auto* s = static_cast<SendOp*>(ops[i]);
-        if (s->done || s->comm->test()) {
-          s->done = true;
-          return static_cast<int>(i);
-        }
-        comms.push_back(s->comm);
-        index_of.push_back(static_cast<int>(i));
+        return static_cast<int>(i);  // a send
       }
     }
-    if (now() >= deadline) return -1;
-    comms.push_back(incoming_);
-    index_of.push_back(-1);
-    const double timeout = deadline > 1e300 ? -1.0 : deadline - now();
-    const ssize_t k = sg4::Comm::wait_any_for(comms, timeout);
-    if (k < 0) return -1;
-    if (index_of[static_cast<size_t>(k)] >= 0) {
-      static_cast<SendOp*>(ops[static_cast<size_t>(index_of[static_cast<size_t>(k)])])->done = true;
-      return index_of[static_cast<size_t>(k)];
-    }
-    incoming_ = nullptr;
-    dispatch(arrived_);
-    arrived_ = nullptr;
+    if (!receives_pending || now() >= deadline) return -1;
+    if (deadline > 1e300)
+      arrived_->wait(lock);
+    else
+      arrived_->wait_until(lock, deadline);
   }
 }
 

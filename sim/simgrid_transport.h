@@ -1,7 +1,9 @@
-// RingTransport on SimGrid's S4U: each rank is an actor on a host of its own, every rank's
-// messages go through one mailbox it is the permanent receiver of (so they flow as soon as they
-// are sent, as TCP's do), and the transport matches them to the posted receives by channel, tag
-// and source. Payloads may stand for more bytes than they hold: `payload_scale` multiplies the
+// RingTransport on SimGrid's S4U: each rank is an actor on a host of its own; every rank's
+// messages go through one mailbox whose permanent receiver is a second actor of the rank (so
+// they flow as soon as they are sent, as TCP's do), which matches them to the posted receives by
+// channel, tag and source and wakes the rank through a condition variable. The rank's waits
+// with a deadline are the condition variable's (SimGrid 3.32 grew slower with every timed wait
+// on one communication: rings in the hundreds took minutes). Payloads may stand for more bytes than they hold: `payload_scale` multiplies the
 // simulated size of every payload and the elements each reduce is charged for, so a ring of a
 // thousand ranks moves real values (and its sums are checked) at any simulated size.
 #pragma once
@@ -47,14 +49,18 @@ class SimGridTransport final : public straggler::RingTransport {
  private:
   void dispatch(SimMessage* m);
   bool take(RecvOp& op, SimMessage& m);
+  void receive_loop();
+  std::unique_ptr<Op> post_recv_locked(const std::vector<int>& from, straggler::Channel channel, uint64_t tag,
+                                       void* data, size_t bytes);
 
   const int rank_, size_;
   const double payload_scale_, flop_per_element_, late_seconds_;
   const int late_reduce_;
   int reduces_ = 0;
   simgrid::s4u::Mailbox* inbox_;
-  simgrid::s4u::CommPtr incoming_;  // the one get on the inbox, always posted
-  SimMessage* arrived_ = nullptr;   // where it lands
+  simgrid::s4u::ActorPtr receiver_;
+  simgrid::s4u::MutexPtr mutex_;
+  simgrid::s4u::ConditionVariablePtr arrived_;
   std::deque<std::unique_ptr<SimMessage>> unclaimed_;
   std::vector<RecvOp*> posted_;
 };

@@ -183,14 +183,14 @@ class Ring {
   void send_piece(int to, Channel header, Channel payload, int c, uint64_t flags, const RankSet& mask,
                   const float* values) {
     std::vector<uint64_t>& h = header_buffer(flags, mask);
-    post(t_.post_send(to, header, static_cast<uint64_t>(c), h.data(), header_bytes()));
+    sends_.push_back(t_.post_send(to, header, static_cast<uint64_t>(c), h.data(), header_bytes()));
     if (!(flags & kRedirected) && length(c) > 0)
-      post(t_.post_send(to, payload, static_cast<uint64_t>(c), values, length(c) * sizeof(float)));
+      sends_.push_back(t_.post_send(to, payload, static_cast<uint64_t>(c), values, length(c) * sizeof(float)));
   }
 
   void send_control(int c, uint8_t what) {
     uint8_t& v = controls_.emplace_back(what);
-    post(t_.post_send(mod(r_ - 1), Channel::kControl, static_cast<uint64_t>(c), &v, 1));
+    sends_.push_back(t_.post_send(mod(r_ - 1), Channel::kControl, static_cast<uint64_t>(c), &v, 1));
   }
 
   // Step s's send: chunk c with every piece merged so far, to r + 1, or past it when it asked.
@@ -278,22 +278,35 @@ class Ring {
          });
   }
 
-  void reduce_scatter() {
-    // Every header this rank will receive, and every control its successor will send.
-    for (int s = 0; s < n_ - 1; ++s) {
-      const int c_in = mod(r_ - s - 1), c_out = mod(r_ - s);
-      std::vector<uint64_t>& h = headers_.emplace_back(1 + state(c_in).prefix.words().size());
-      post(t_.post_recv({mod(r_ - 1)}, Channel::kHeader, static_cast<uint64_t>(c_in), h.data(), header_bytes()),
-           [this, c_in, &h](int) { on_header(c_in, h); });
-      uint8_t& v = controls_.emplace_back(kOk);
-      post(t_.post_recv({mod(r_ + 1)}, Channel::kControl, static_cast<uint64_t>(c_out), &v, 1),
-           [this, c_out, &v](int) {
-             if (v == kSkip) state(c_out).skip_requested = true;
-           },
-           /*control=*/true);
+  // Step s's header from r-1 and control from r + 1, posted as the step begins (a message that
+  // comes earlier waits in the transport): few posted operations at any time, however large
+  // the ring.
+  void post_step_receives(int s) {
+    const int c_in = mod(r_ - s - 1), c_out = mod(r_ - s);
+    std::vector<uint64_t>& h = headers_.emplace_back(1 + state(c_in).prefix.words().size());
+    post(t_.post_recv({mod(r_ - 1)}, Channel::kHeader, static_cast<uint64_t>(c_in), h.data(), header_bytes()),
+         [this, c_in, &h](int) { on_header(c_in, h); });
+    uint8_t& v = controls_.emplace_back(kOk);
+    post(t_.post_recv({mod(r_ + 1)}, Channel::kControl, static_cast<uint64_t>(c_out), &v, 1),
+         [this, c_out, &v](int) {
+           if (v == kSkip) state(c_out).skip_requested = true;
+         },
+         /*control=*/true);
+  }
+
+  // Waits for every send posted so far (their buffers are then free).
+  void finish_sends() {
+    for (std::unique_ptr<Op>& op : sends_) {
+      std::vector<Op*> one{op.get()};
+      t_.wait_any(one, std::numeric_limits<double>::infinity());
     }
+    sends_.clear();
+  }
+
+  void reduce_scatter() {
     const double forever = std::numeric_limits<double>::infinity();
     for (int s = 0; s < n_ - 1; ++s) {
+      post_step_receives(s);
       send_chunk(mod(r_ - s));
       const int c = mod(r_ - s - 1);
       awaited_ = c;
@@ -319,6 +332,7 @@ class Ring {
     stats_.reduce_scatter_done = t_.now();
     // What is left: late pieces to pass on, controls to take, sends to finish.
     progress([&] { return pending_.empty(); }, forever);
+    finish_sends();
   }
 
   void all_gather() {
@@ -326,7 +340,7 @@ class Ring {
     for (int s = 0; s < n_ - 1; ++s) {
       const int c_send = mod(r_ + 1 - s), c_recv = mod(r_ - s);
       if (length(c_send) > 0)
-        post(t_.post_send(mod(r_ + 1), Channel::kGather, static_cast<uint64_t>(c_send), chunk(c_send),
+        sends_.push_back(t_.post_send(mod(r_ + 1), Channel::kGather, static_cast<uint64_t>(c_send), chunk(c_send),
                           length(c_send) * sizeof(float)));
       bool received = length(c_recv) == 0;
       if (!received)
@@ -335,7 +349,7 @@ class Ring {
              [&received](int) { received = true; });
       progress([&] { return received; }, forever);
     }
-    progress([&] { return pending_.empty(); }, forever);
+    finish_sends();
     stats_.all_gather_done = t_.now();
   }
 
@@ -347,7 +361,8 @@ class Ring {
   std::vector<ChunkState> chunks_;
   std::vector<std::vector<Deferred>> deferred_;
   int awaited_ = -1;  // the chunk of the step under way
-  std::vector<Pending> pending_;
+  std::vector<Pending> pending_;              // receives
+  std::vector<std::unique_ptr<Op>> sends_;  // waited on only when their buffers are needed again
   // Buffers of posted operations; a deque keeps each one where it is while more are added.
   std::deque<std::vector<uint64_t>> headers_;
   std::deque<std::vector<float>> payloads_;
