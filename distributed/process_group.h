@@ -56,6 +56,15 @@ struct ProcessGroupOptions {
   // copies (Note [Reductions beside the copies]); false: on the receiving stream. Off until
   // measured on two GPUs.
   bool host_copy_reduce_beside = false;
+  // Gloo, f32 sums and averages: Gloo's own ring all-reduce, or the straggler-aware ring of
+  // distributed/straggler/bypass_ring.h with its bypass (kBypassRing: a rank that waited
+  // bypass_wait for its predecessor moves on) or without (kRing).
+  enum class CpuAllreduce { kGloo, kRing, kBypassRing };
+  CpuAllreduce cpu_allreduce = CpuAllreduce::kGloo;
+  std::chrono::duration<double> bypass_wait{0.002};
+  // With kRing or kBypassRing: this rank sleeps this long before each reduce (a straggler made
+  // on purpose, for tests and benchmarks).
+  std::chrono::duration<double> ring_reduce_delay{0.0};
 };
 
 class ProcessGroup {

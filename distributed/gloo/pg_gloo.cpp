@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "distributed/file_store.h"
+#include "distributed/gloo/gloo_ring_transport.h"
+#include "distributed/straggler/bypass_ring.h"
 #include "distributed/wait_board.h"
 #include "framework/core/error.h"
 #include "framework/core/scalar_types.h"
@@ -232,7 +234,8 @@ class ProcessGroupGloo::GlooWork final : public Work {
 // ---- construction ----
 
 ProcessGroupGloo::ProcessGroupGloo(const ProcessGroupOptions& options)
-    : ProcessGroup(options.rank, options.world_size), timeout_(options.timeout) {
+    : ProcessGroup(options.rank, options.world_size), timeout_(options.timeout), cpu_allreduce_(options.cpu_allreduce),
+      bypass_wait_seconds_(options.bypass_wait.count()), ring_reduce_delay_seconds_(options.ring_reduce_delay.count()) {
   VITDDP_CHECK(options.world_size >= 1, "ProcessGroupGloo: world size must be at least 1, got ",
                options.world_size);
   VITDDP_CHECK(options.rank >= 0 && options.rank < options.world_size, "ProcessGroupGloo: rank ", options.rank,
@@ -390,6 +393,20 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const Tensor& tensor, ReduceOp
   const int world = size();
   auto context = context_;
   const auto timeout = timeout_;
+  if (cpu_allreduce_ != ProcessGroupOptions::CpuAllreduce::kGloo && tensor.dtype() == DType::kF32 &&
+      op != ReduceOp::kMin) {
+    straggler::BypassOptions ring;
+    ring.bypass = cpu_allreduce_ == ProcessGroupOptions::CpuAllreduce::kBypassRing;
+    ring.wait_seconds = bypass_wait_seconds_;
+    const double delay = ring_reduce_delay_seconds_;
+    return enqueue(what, [tensor, op, world, context, timeout, ring, delay](uint32_t tag) {
+      GlooRingTransport transport(context, tag, timeout, delay);
+      float* data = static_cast<float*>(tensor.data_ptr());
+      const size_t n = static_cast<size_t>(tensor.numel());
+      straggler::ring_allreduce(transport, data, n, ring);
+      if (op == ReduceOp::kAvg) divide_by(data, n, world);
+    });
+  }
   return enqueue(what, [tensor, op, world, context, timeout](uint32_t tag) {
     dispatch_dtype(tensor.dtype(), [&](auto zero) {
       using T = decltype(zero);

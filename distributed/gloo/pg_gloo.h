@@ -64,6 +64,8 @@ class ProcessGroupGloo final : public ProcessGroup {
 
   std::shared_ptr<gloo::Context> context_;  // null when the world has one rank
   std::chrono::milliseconds timeout_;
+  ProcessGroupOptions::CpuAllreduce cpu_allreduce_;
+  double bypass_wait_seconds_, ring_reduce_delay_seconds_;
   std::unique_ptr<WaitBoard> board_;        // null when the world has one rank
 
   std::mutex mutex_;

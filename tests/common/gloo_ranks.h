@@ -14,5 +14,9 @@ namespace vitddp::testing {
 
 void run_on_gloo_ranks(int ranks, const std::string& name, const std::function<int(int rank, ProcessGroup&)>& body,
                        std::chrono::seconds timeout = std::chrono::seconds(60));
+// The same with each rank's options adjusted first (`adjust` gets group_options' defaults).
+void run_on_gloo_ranks(int ranks, const std::string& name, const std::function<void(ProcessGroupOptions&)>& adjust,
+                       const std::function<int(int rank, ProcessGroup&)>& body,
+                       std::chrono::seconds timeout = std::chrono::seconds(60));
 
 }  // namespace vitddp::testing
