@@ -160,6 +160,12 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"host-copy-reduce-beside", &c.host_copy_reduce_beside, G::kExpert,
        "transport host-copy: additions on a stream beside the receiving copies; not yet measured on two GPUs"},
       {"timeout", &c.timeout, G::kExpert, "seconds a collective may take before the run stops with an error"},
+      {"cpu-allreduce", &c.cpu_allreduce, G::kExpert,
+       "--procs: how f32 buckets are summed: gloo (Gloo's ring), ring (the project's ring), or bypass-ring (its "
+       "ring with the straggler bypass: a rank that waited bypass-wait-ms for its predecessor moves on; the sums "
+       "equal, the order of additions differs)"},
+      {"bypass-wait-ms", &c.bypass_wait_ms, G::kExpert,
+       "cpu-allreduce bypass-ring: milliseconds a rank waits for its predecessor's piece before it moves on"},
       {"concurrent-wgrad", &c.concurrent_wgrad, G::kExpert,
        "GPU: a linear layer's weight gradient on a second stream beside its input gradient (bit-identical; +0.8% "
        "fp32 on an H200)"},
@@ -450,6 +456,10 @@ void TrainConfig::validate() const {
   early_bucket_mbs();  // throws on a bad list
   VITDDP_CHECK(transport == "nccl" || transport == "host-copy", "transport must be nccl or host-copy, got '",
                transport, "'");
+  VITDDP_CHECK(cpu_allreduce == "gloo" || cpu_allreduce == "ring" || cpu_allreduce == "bypass-ring",
+               "cpu-allreduce must be gloo, ring or bypass-ring, got '", cpu_allreduce, "'");
+  VITDDP_CHECK(bypass_wait_ms >= 0 && std::isfinite(bypass_wait_ms), "bypass-wait-ms must be a finite number >= 0, got ",
+               bypass_wait_ms);
   VITDDP_CHECK(!host_copy_overlap || transport == "host-copy", "host-copy-overlap changes how the host copy's "
                "all-reduces follow each other: it needs transport host-copy");
   VITDDP_CHECK(!host_copy_reduce_beside || transport == "host-copy", "host-copy-reduce-beside changes where the host "

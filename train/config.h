@@ -89,6 +89,8 @@ struct TrainConfig {
   bool host_copy_overlap = false;  // host-copy: back-to-back all-reduces overlap their copies
   bool host_copy_reduce_beside = false;  // host-copy: the additions on a stream beside the receiving copies
   double timeout = 300.0;          // seconds a collective may take before the run is stopped
+  std::string cpu_allreduce = "gloo";  // gloo | ring | bypass-ring: how CPU processes sum f32 buckets
+  double bypass_wait_ms = 2.0;     // bypass-ring: how long a rank waits for its predecessor
   // speed
   bool cuda_graph = true;          // GPU: forward, backward and DDP's collectives replayed as one CUDA graph
   bool concurrent_wgrad = true;    // expert: a linear layer's weight gradient on a second stream beside dX

@@ -1,5 +1,7 @@
 #include "train/run_setup.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <ostream>
 
@@ -42,6 +44,8 @@ void check_data_parallel_settings(const TrainConfig& c, bool data_parallel, cons
   VITDDP_CHECK(c.tail_bucket_mb == 0 || data_parallel, "tail-bucket-mb cuts DDP's last gradient buckets", needs);
   VITDDP_CHECK(c.early_bucket_mb.empty() || data_parallel, "early-bucket-mb sizes DDP's gradient buckets", needs);
   VITDDP_CHECK(c.hook == "allreduce" || data_parallel, "--hook ", c.hook, " compresses DDP's gradient buckets", needs);
+  VITDDP_CHECK(c.cpu_allreduce == "gloo" || (data_parallel && !device.is_cuda()), "cpu-allreduce ", c.cpu_allreduce,
+               " sums the buckets of CPU processes: it needs --procs N");
   VITDDP_CHECK(c.transport != "host-copy" || (device.is_cuda() && data_parallel), "transport host-copy carries DDP's "
                "all-reduces: it needs GPU data parallelism (--gpus N, or --set ddp=true on a GPU)");
   VITDDP_CHECK(!c.op_breakdown || device.is_cuda(), "--op-breakdown times CUDA kernels: it needs a GPU");
@@ -87,6 +91,19 @@ void set_up_optimizer(TrainingRun& run) {
 
 }  // namespace
 
+// VITDDP_SLOW_RANK="RANK:SECONDS" makes that rank sleep SECONDS before each reduce of the
+// project's CPU rings (cpu-allreduce ring or bypass-ring): a straggler on purpose, for the
+// bypass's tests and benchmarks, as VITDDP_FAULT makes faults.
+static double slow_rank_delay(int rank) {
+  const char* spec = std::getenv("VITDDP_SLOW_RANK");
+  if (!spec) return 0;
+  int slow = -1;
+  double seconds = 0;
+  VITDDP_CHECK(std::sscanf(spec, "%d:%lf", &slow, &seconds) == 2 && seconds >= 0,
+               "VITDDP_SLOW_RANK must be RANK:SECONDS (e.g. 1:0.002), got '", spec, "'");
+  return slow == rank ? seconds : 0;
+}
+
 DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
   DdpOptions o;
   o.group.rank = env.rank;
@@ -96,6 +113,11 @@ DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
   o.group.host_copy_allreduce = c.transport == "host-copy";  // Note [Host-copy all-reduce]
   o.group.host_copy_overlap = c.host_copy_overlap;           // Note [Back-to-back host copies]
   o.group.host_copy_reduce_beside = c.host_copy_reduce_beside;  // Note [Reductions beside the copies]
+  o.group.cpu_allreduce = c.cpu_allreduce == "ring"          ? ProcessGroupOptions::CpuAllreduce::kRing
+                          : c.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
+                                                             : ProcessGroupOptions::CpuAllreduce::kGloo;
+  o.group.bypass_wait = std::chrono::duration<double>(c.bypass_wait_ms / 1000);
+  o.group.ring_reduce_delay = std::chrono::duration<double>(slow_rank_delay(env.rank));
   o.buckets.bucket_cap_bytes = mb_bytes(c.bucket_mb);
   o.buckets.first_bucket_cap_bytes = mb_bytes(std::min(c.first_bucket_mb, c.bucket_mb));
   o.buckets.tail_bucket_cap_bytes = mb_bytes(c.tail_bucket_mb);
