@@ -62,9 +62,11 @@ struct ProcessGroupOptions {
   enum class CpuAllreduce { kGloo, kRing, kBypassRing };
   CpuAllreduce cpu_allreduce = CpuAllreduce::kGloo;
   std::chrono::duration<double> bypass_wait{0.002};
-  // With kRing or kBypassRing: this rank sleeps this long before each reduce (a straggler made
-  // on purpose, for tests and benchmarks).
+  // With kRing or kBypassRing: this rank sleeps this long before each reduce, or only before
+  // the ring_late_reduce-th of each all-reduce when that is >= 0 (a straggler made on purpose,
+  // for tests and benchmarks).
   std::chrono::duration<double> ring_reduce_delay{0.0};
+  int ring_late_reduce = -1;
 };
 
 class ProcessGroup {

@@ -1,7 +1,5 @@
 #include "train/run_setup.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
 #include <ostream>
 
@@ -13,6 +11,7 @@
 #include "train/dataset_factory.h"
 #include "train/device_choice.h"
 #include "train/device_setup.h"
+#include "train/observe/slow_rank.h"
 #include "train/run_facts.h"
 
 namespace vitddp {
@@ -91,19 +90,6 @@ void set_up_optimizer(TrainingRun& run) {
 
 }  // namespace
 
-// VITDDP_SLOW_RANK="RANK:SECONDS" makes that rank sleep SECONDS before each reduce of the
-// project's CPU rings (cpu-allreduce ring or bypass-ring): a straggler on purpose, for the
-// bypass's tests and benchmarks, as VITDDP_FAULT makes faults.
-static double slow_rank_delay(int rank) {
-  const char* spec = std::getenv("VITDDP_SLOW_RANK");
-  if (!spec) return 0;
-  int slow = -1;
-  double seconds = 0;
-  VITDDP_CHECK(std::sscanf(spec, "%d:%lf", &slow, &seconds) == 2 && seconds >= 0,
-               "VITDDP_SLOW_RANK must be RANK:SECONDS (e.g. 1:0.002), got '", spec, "'");
-  return slow == rank ? seconds : 0;
-}
-
 DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
   DdpOptions o;
   o.group.rank = env.rank;
@@ -117,7 +103,7 @@ DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
                           : c.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
                                                              : ProcessGroupOptions::CpuAllreduce::kGloo;
   o.group.bypass_wait = std::chrono::duration<double>(c.bypass_wait_ms / 1000);
-  o.group.ring_reduce_delay = std::chrono::duration<double>(slow_rank_delay(env.rank));
+  apply_slow_rank_from_environment(o.group);
   o.buckets.bucket_cap_bytes = mb_bytes(c.bucket_mb);
   o.buckets.first_bucket_cap_bytes = mb_bytes(std::min(c.first_bucket_mb, c.bucket_mb));
   o.buckets.tail_bucket_cap_bytes = mb_bytes(c.tail_bucket_mb);

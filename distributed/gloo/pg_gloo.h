@@ -66,6 +66,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::chrono::milliseconds timeout_;
   ProcessGroupOptions::CpuAllreduce cpu_allreduce_;
   double bypass_wait_seconds_, ring_reduce_delay_seconds_;
+  int ring_late_reduce_;
   std::unique_ptr<WaitBoard> board_;        // null when the world has one rank
 
   std::mutex mutex_;

@@ -26,6 +26,7 @@
 #include "train/config.h"
 #include "train/device_choice.h"
 #include "train/exit_codes.h"
+#include "train/observe/slow_rank.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/device.h"
 #include "framework/cuda/stream.h"
@@ -360,6 +361,8 @@ struct BenchFlags {
   bool host_copy = false;
   bool host_copy_overlap = false;
   bool host_copy_reduce_beside = false;
+  std::string cpu_allreduce = "gloo";
+  double bypass_wait_ms = 2.0;
   bool json = false;
   std::string out;
 };
@@ -399,6 +402,12 @@ bool parse_flags(int argc, char** argv, BenchFlags* f) {
   app.add_flag("--host-copy-reduce-beside", f->host_copy_reduce_beside,
                "with --host-copy: the additions on a stream of their own beside the copies, as train's "
                "host-copy-reduce-beside");
+  app.add_option("--cpu-allreduce", f->cpu_allreduce,
+                 "with --procs: gloo (Gloo's ring), ring (the project's), or bypass-ring (its ring with the straggler "
+                 "bypass), as train's cpu-allreduce; VITDDP_SLOW_RANK=RANK:SECONDS[:REDUCE] makes one rank slow")
+      ->capture_default_str();
+  app.add_option("--bypass-wait-ms", f->bypass_wait_ms, "with --cpu-allreduce bypass-ring: as train's bypass-wait-ms")
+      ->capture_default_str();
   app.add_option("--timeout", f->timeout, "seconds a collective may take before the run stops with an error")
       ->capture_default_str()
       ->multi_option_policy(last);
@@ -438,6 +447,11 @@ BenchPlan make_plan(const BenchFlags& f) {
   check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!f.host_copy_overlap || f.host_copy, "--host-copy-overlap needs --host-copy");
+  VITDDP_CHECK(f.cpu_allreduce == "gloo" || f.cpu_allreduce == "ring" || f.cpu_allreduce == "bypass-ring",
+               "--cpu-allreduce must be gloo, ring or bypass-ring, got '", f.cpu_allreduce, "'");
+  VITDDP_CHECK(f.cpu_allreduce == "gloo" || f.procs > 0, "--cpu-allreduce ", f.cpu_allreduce,
+               " sums over CPU processes: it needs --procs N");
+  VITDDP_CHECK(f.bypass_wait_ms >= 0, "--bypass-wait-ms must be >= 0, got ", f.bypass_wait_ms);
   VITDDP_CHECK(!f.host_copy_reduce_beside || f.host_copy, "--host-copy-reduce-beside needs --host-copy");
   check_timeout_flag(f.timeout, "--timeout");
   VITDDP_CHECK(f.sizes.empty() || (f.min_bytes.empty() && f.max_bytes.empty()),
@@ -602,6 +616,11 @@ int run_bench_allreduce(int argc, char** argv) {
     group = make_nccl_process_group(options);
   } else {
     VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");
+    options.cpu_allreduce = flags.cpu_allreduce == "ring"          ? ProcessGroupOptions::CpuAllreduce::kRing
+                            : flags.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
+                                                                   : ProcessGroupOptions::CpuAllreduce::kGloo;
+    options.bypass_wait = std::chrono::duration<double>(flags.bypass_wait_ms / 1000);
+    apply_slow_rank_from_environment(options);
     group = make_gloo_process_group(options);
   }
 
