@@ -35,6 +35,7 @@ struct Args {
   double bandwidth = 100e9 / 8;    // bytes/s of each host's link
   bool plain = false;              // no bypass
   int late_reduce = -1;            // a slow rank is late at every reduce (-1) or only at this one
+  double wait_seconds = -1;        // >= 0: the wait itself, instead of alpha * T + T_trans
 };
 
 }  // namespace
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--latency-seconds", a.latency_seconds, "one hop's latency")->check(CLI::NonNegativeNumber);
   app.add_option("--bandwidth", a.bandwidth, "bytes/s of each host's link")->check(CLI::PositiveNumber);
   app.add_flag("--plain", a.plain, "the plain ring (no bypass)");
+  app.add_option("--wait-seconds", a.wait_seconds, "the wait itself (default: alpha * T + T_trans)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--late-reduce", a.late_reduce,
                  "a slow rank adds dT to its reduce number K only (from 0); default: to every reduce");
   CLI11_PARSE(app, argc, argv);
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
   const double transfer = a.latency_seconds + a.chunk_bytes / a.bandwidth;
   vitddp::straggler::BypassOptions options;
   options.bypass = !a.plain;
-  options.wait_seconds = a.alpha * a.step_seconds + transfer;
+  options.wait_seconds = a.wait_seconds >= 0 ? a.wait_seconds : a.alpha * a.step_seconds + transfer;
 
   // One float per chunk standing for chunk_bytes: integer values, so the sums are exact.
   std::vector<vitddp::straggler::RingStats> stats(static_cast<size_t>(a.ranks));
