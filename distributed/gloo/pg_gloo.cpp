@@ -194,8 +194,11 @@ class ProcessGroupGloo::GlooWork final : public Work {
     if (!error) {
       try {
         body_(tag_);
-      } catch (const Error&) {
-        error = std::current_exception();
+      } catch (const Error& e) {
+        // The bypass ring's own timeout: named like Gloo's (Note [Naming the late rank]).
+        const std::string late = e.kind() == ErrorKind::kTimeout && board ? board->describe_late(tag_) : "";
+        error = late.empty() ? std::current_exception()
+                             : std::make_exception_ptr(Error(what_ + ": " + e.what() + "; " + late, ErrorKind::kTimeout));
       } catch (const gloo::IoException& e) {
         const ErrorKind kind = io_error_kind(e);
         const std::string late = kind == ErrorKind::kTimeout && board ? board->describe_late(tag_) : "";

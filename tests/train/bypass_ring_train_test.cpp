@@ -58,6 +58,21 @@ TEST(BypassRingTrain, RanksAgreeBitForBitAndMatchGlooWithinRounding) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// A rank that hangs (or dies) with the bypass ring under way stops the run within the timeout,
+// and the message names it, as with Gloo's own all-reduce.
+TEST(BypassRingTrain, AHungOrDeadRankStopsTheRunAndIsNamed) {
+  const std::string args = "--procs 3 --steps 5 --model vit_tiny --batch-size 4 --set workers=1 --set timeout=3 "
+                           "--set cpu-allreduce=bypass-ring --set bypass-wait-ms=0.5";
+  const testing::TrainOutcome hung = testing::run_train("VITDDP_FAULT=1:3:hang", args);
+  EXPECT_EQ(hung.code, 4) << hung.out;
+  EXPECT_NE(hung.out.find("rank 1 had not reached collective #"), std::string::npos) << hung.out;
+  EXPECT_LT(hung.seconds, 3 + 10) << hung.out;
+  const testing::TrainOutcome dead = testing::run_train("VITDDP_FAULT=2:2:exit", args);
+  EXPECT_NE(dead.code, 0) << dead.out;
+  EXPECT_NE(dead.out.find("rank 2"), std::string::npos) << dead.out;
+  EXPECT_LT(dead.seconds, 3 + 10) << dead.out;
+}
+
 TEST(BypassRingTrain, BadSettingsAreRefused) {
   const std::string tiny = " --model vit_tiny --batch-size 4 --set workers=1";
   testing::expect_refused_in_one_line("--procs 2 --set cpu-allreduce=zip" + tiny, "cpu-allreduce must be gloo, ring or bypass-ring");
