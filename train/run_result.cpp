@@ -22,6 +22,7 @@ nlohmann::json RunResult::to_json() const {
   j["world_size"] = world_size;
   j["backend"] = backend.empty() ? nlohmann::json() : nlohmann::json(backend);
   j["buckets"] = buckets;
+  j["bucket_bytes"] = bucket_bytes;
   j["skipped_steps"] = skipped_steps;
   j["grad_norm"] = grad_norm >= 0 ? nlohmann::json(grad_norm) : nlohmann::json();
   j["bad_samples"] = bad_samples;

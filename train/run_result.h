@@ -21,6 +21,7 @@ struct RunResult {
   int world_size = 1;
   std::string backend;                // the process group's ("nccl", "nccl+host-copy", "gloo"); "" without DDP
   int64_t buckets = 0;                // DDP's gradient buckets at the end of the run
+  std::vector<int64_t> bucket_bytes;  // each bucket's size, in bucket order
   int64_t skipped_steps = 0;          // --nonfinite skip: steps whose update was not applied
   double grad_norm = -1;              // --clip-grad-norm: the last step's norm before clipping (-1: none)
   int64_t bad_samples = 0;            // distinct bad samples this rank's loader skipped

@@ -411,6 +411,8 @@ RunResult Trainer::finish(int64_t stopped_after) {
       if (!line.empty()) out_ << line << (graphed_ ? " (replays issue none: they repeat the captured step's)" : "") << "\n";
     result_.backend = ddp_->group().backend();
     result_.buckets = static_cast<int64_t>(ddp_->reducer().buckets().size());
+    result_.bucket_bytes.clear();
+    for (const BucketInfo& b : ddp_->reducer().buckets()) result_.bucket_bytes.push_back(static_cast<int64_t>(b.bytes));
   }
   finish_trace();
   if (ddp_) {  // the last step's updates and every rank's state, before the weights are read or saved

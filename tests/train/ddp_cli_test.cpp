@@ -32,6 +32,11 @@ TEST(DdpCli, TwoCpuRanksTrain) {
   EXPECT_EQ(j["model"], "vit_tiny") << o.out;
   EXPECT_EQ(j["losses"].size(), 3u) << o.out;
   EXPECT_GT(j["buckets"].get<int64_t>(), 1) << o.out;  // 0.05 MB buckets: several
+  // Each bucket's size, in bucket order: every f32 gradient of vit_tiny's 81,226 parameters once.
+  ASSERT_EQ(j["bucket_bytes"].size(), j["buckets"].get<size_t>()) << o.out;
+  int64_t total = 0;
+  for (const auto& b : j["bucket_bytes"]) total += b.get<int64_t>();
+  EXPECT_EQ(total, 81226 * 4) << o.out;
   // Only rank 0 reports: one summary line and one JSON line.
   EXPECT_NE(o.out.find("summary:"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("summary:"), o.out.rfind("summary:")) << o.out;
