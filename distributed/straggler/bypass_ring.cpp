@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <deque>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -61,6 +61,9 @@ class RankSet {
     for (size_t i = 0; i < words_.size(); ++i) words_[i] &= ~o.words_[i];
   }
   bool operator==(const RankSet& o) const { return words_ == o.words_; }
+  bool empty() const {
+    return std::all_of(words_.begin(), words_.end(), [](uint64_t w) { return w == 0; });
+  }
   RankSet with(const RankSet& o) const {
     RankSet u = *this;
     u.merge(o);
@@ -81,7 +84,6 @@ class Ring {
   Ring(RingTransport& t, float* data, size_t count, const BypassOptions& options)
       : t_(t), n_(t.size()), r_(t.rank()), data_(data), count_(count), options_(options) {
     chunks_.resize(static_cast<size_t>(n_));
-    deferred_.resize(static_cast<size_t>(n_));
     for (int c = 0; c < n_; ++c) {
       ChunkState& s = chunks_[static_cast<size_t>(c)];
       s.covered = s.inflight = s.deferred = RankSet(n_);
@@ -109,11 +111,18 @@ class Ring {
   }
 
  private:
+  // A piece of a chunk that is not the awaited one yet: added in when that chunk's step comes,
+  // so that a reduce of a later chunk never delays the awaited one or a send.
+  struct Deferred {
+    RankSet mask;
+    const std::vector<float>* values;
+  };
   struct ChunkState {
     RankSet prefix;    // P: the ranks before this one in the chunk's chain
     RankSet covered;   // of P: in pieces merged here, forwarded from here, or redirected past here
     RankSet inflight;  // of P: in pieces whose header came and whose payload has not
-    RankSet deferred;  // of P: in pieces that came before the chunk's step (deferred_)
+    RankSet deferred;  // of P: in the pieces of `early`
+    std::vector<Deferred> early;  // pieces that came before the chunk's step
     RankSet merged;    // in this rank's values of the chunk (its own rank included)
     bool header_seen = false, sent = false, late_posted = false, skip_requested = false;
     bool complete() const { return covered == prefix; }
@@ -123,13 +132,6 @@ class Ring {
     std::function<void(int source)> done;  // may post more
     bool control = false;                  // a receive of a control
   };
-  // A piece of a chunk that is not the awaited one yet: added in when that chunk's step comes,
-  // so that a reduce of a later chunk never delays the awaited one or a send.
-  struct Deferred {
-    RankSet mask;
-    const std::vector<float>* values;
-  };
-
   int mod(int x) const { return ((x % n_) + n_) % n_; }
   size_t begin(int c) const {
     const size_t base = count_ / static_cast<size_t>(n_), extra = count_ % static_cast<size_t>(n_);
@@ -220,7 +222,7 @@ class Ring {
     ChunkState& s = state(c);
     s.inflight.remove(mask);
     if (!s.sent && c != awaited_) {
-      deferred_[static_cast<size_t>(c)].push_back({mask, &values});
+      s.early.push_back({mask, &values});
       s.deferred.merge(mask);
       expect_late(c);
       return;
@@ -310,19 +312,19 @@ class Ring {
       send_chunk(mod(r_ - s));
       const int c = mod(r_ - s - 1);
       awaited_ = c;
-      for (const Deferred& d : deferred_[static_cast<size_t>(c)]) {
+      for (const Deferred& d : state(c).early) {
         merge(c, d.mask, *d.values);
         state(c).covered.merge(d.mask);
       }
       state(c).deferred = RankSet(n_);
-      deferred_[static_cast<size_t>(c)].clear();
+      state(c).early.clear();
       const bool owner = s == n_ - 2;
       const double deadline = options_.bypass && !owner && n_ >= 3 ? t_.now() + options_.wait_seconds : forever;
       bool complete = progress([&] { return state(c).complete(); }, deadline);
       // A piece whose header has come is arriving: waiting for its values costs their transfer
       // only, where moving on would cost a forward and a reduce further on.
-      if (!complete && !(state(c).inflight == RankSet(n_)))
-        complete = progress([&] { return state(c).complete() || state(c).inflight == RankSet(n_); }, forever) &&
+      if (!complete && !state(c).inflight.empty())
+        complete = progress([&] { return state(c).complete() || state(c).inflight.empty(); }, forever) &&
                    state(c).complete();
       const bool skipped = !complete && !state(c).header_seen;
       if (skipped) ++stats_.skips;
@@ -359,7 +361,6 @@ class Ring {
   const size_t count_;
   const BypassOptions options_;
   std::vector<ChunkState> chunks_;
-  std::vector<std::vector<Deferred>> deferred_;
   int awaited_ = -1;  // the chunk of the step under way
   std::vector<Pending> pending_;              // receives
   std::vector<std::unique_ptr<Op>> sends_;  // waited on only when their buffers are needed again
