@@ -75,8 +75,8 @@ std::unique_ptr<straggler::RingTransport::Op> SimGridTransport::post_send(int to
   m->bytes.assign(p, p + bytes);
   const double simulated = is_payload(channel) ? static_cast<double>(bytes) * payload_scale_ : static_cast<double>(bytes);
   // A message of no bytes still crosses the link's latency. Detached: the bytes are copied, so
-  // the caller's buffer is free at once (and SimGrid keeps no list of the rank's sends, whose
-  // length made every completion slower).
+  // the caller's buffer is free at once, and SimGrid need not keep the rank's sends on its list
+  // of the actor's activities (which every completion walks).
   inbox_of(to)->put_init(m, static_cast<uint64_t>(std::max(1.0, simulated)))->detach();
   return std::make_unique<SendOp>();
 }

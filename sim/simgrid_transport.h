@@ -1,9 +1,9 @@
 // RingTransport on SimGrid's S4U: each rank is an actor on a host of its own; every rank's
 // messages go through one mailbox whose permanent receiver is a second actor of the rank (so
 // they flow as soon as they are sent, as TCP's do), which matches them to the posted receives by
-// channel, tag and source and wakes the rank through a condition variable. The rank's waits
-// with a deadline are the condition variable's (SimGrid 3.32 grew slower with every timed wait
-// on one communication: rings in the hundreds took minutes). Payloads may stand for more bytes than they hold: `payload_scale` multiplies the
+// channel, tag and source and wakes the rank through a condition variable: a rank's wait with a
+// deadline is one timed wait on that variable, whatever it waits for, and no receive is posted
+// twice. Payloads may stand for more bytes than they hold: `payload_scale` multiplies the
 // simulated size of every payload and the elements each reduce is charged for, so a ring of a
 // thousand ranks moves real values (and its sums are checked) at any simulated size.
 #pragma once
