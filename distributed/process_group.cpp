@@ -50,11 +50,4 @@ std::unique_ptr<ProcessGroup> make_nccl_process_group(const ProcessGroupOptions&
 bool has_gloo_backend() { return VITDDP_WITH_GLOO != 0; }
 bool has_nccl_backend() { return VITDDP_WITH_NCCL != 0; }
 
-ProcessGroupOptions::CpuAllreduce parse_cpu_allreduce(const std::string& name) {
-  if (name == "gloo") return ProcessGroupOptions::CpuAllreduce::kGloo;
-  if (name == "ring") return ProcessGroupOptions::CpuAllreduce::kRing;
-  VITDDP_CHECK(name == "bypass-ring", "cpu-allreduce must be gloo, ring or bypass-ring, got '", name, "'");
-  return ProcessGroupOptions::CpuAllreduce::kBypassRing;
-}
-
 }  // namespace vitddp

@@ -113,8 +113,6 @@ class ProcessGroup {
 // Gloo over TCP on loopback (or the host's interface), rendezvous through the file store.
 // Throws when this build has no Gloo.
 std::unique_ptr<ProcessGroup> make_gloo_process_group(const ProcessGroupOptions& options);
-// "gloo", "ring" or "bypass-ring" (train's cpu-allreduce); anything else is a one-line error.
-ProcessGroupOptions::CpuAllreduce parse_cpu_allreduce(const std::string& name);
 // NCCL on the current CUDA device; the unique id travels through the file store.
 // Throws when this build has no NCCL.
 std::unique_ptr<ProcessGroup> make_nccl_process_group(const ProcessGroupOptions& options);

@@ -12,7 +12,6 @@
 #include <variant>
 #include <vector>
 
-#include "distributed/process_group.h"
 #include "framework/core/error.h"
 #include "framework/core/message_text.h"
 #include "framework/io/json_structure_pass.h"
@@ -457,7 +456,8 @@ void TrainConfig::validate() const {
   early_bucket_mbs();  // throws on a bad list
   VITDDP_CHECK(transport == "nccl" || transport == "host-copy", "transport must be nccl or host-copy, got '",
                transport, "'");
-  parse_cpu_allreduce(cpu_allreduce);
+  VITDDP_CHECK(cpu_allreduce == "gloo" || cpu_allreduce == "ring" || cpu_allreduce == "bypass-ring",
+               "cpu-allreduce must be gloo, ring or bypass-ring, got '", cpu_allreduce, "'");
   VITDDP_CHECK(bypass_wait_ms >= 0 && std::isfinite(bypass_wait_ms), "bypass-wait-ms must be a finite number >= 0, got ",
                bypass_wait_ms);
   VITDDP_CHECK(!host_copy_overlap || transport == "host-copy", "host-copy-overlap changes how the host copy's "

@@ -99,7 +99,9 @@ DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
   o.group.host_copy_allreduce = c.transport == "host-copy";  // Note [Host-copy all-reduce]
   o.group.host_copy_overlap = c.host_copy_overlap;           // Note [Back-to-back host copies]
   o.group.host_copy_reduce_beside = c.host_copy_reduce_beside;  // Note [Reductions beside the copies]
-  o.group.cpu_allreduce = parse_cpu_allreduce(c.cpu_allreduce);
+  o.group.cpu_allreduce = c.cpu_allreduce == "ring"          ? ProcessGroupOptions::CpuAllreduce::kRing
+                          : c.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
+                                                             : ProcessGroupOptions::CpuAllreduce::kGloo;
   o.group.bypass_wait = std::chrono::duration<double>(c.bypass_wait_ms / 1000);
   apply_slow_rank_from_environment(o.group);
   o.buckets.bucket_cap_bytes = mb_bytes(c.bucket_mb);

@@ -447,7 +447,8 @@ BenchPlan make_plan(const BenchFlags& f) {
   check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!f.host_copy_overlap || f.host_copy, "--host-copy-overlap needs --host-copy");
-  parse_cpu_allreduce(f.cpu_allreduce);
+  VITDDP_CHECK(f.cpu_allreduce == "gloo" || f.cpu_allreduce == "ring" || f.cpu_allreduce == "bypass-ring",
+               "--cpu-allreduce must be gloo, ring or bypass-ring, got '", f.cpu_allreduce, "'");
   VITDDP_CHECK(f.cpu_allreduce == "gloo" || f.procs > 0, "--cpu-allreduce ", f.cpu_allreduce,
                " sums over CPU processes: it needs --procs N");
   VITDDP_CHECK(f.bypass_wait_ms >= 0, "--bypass-wait-ms must be >= 0, got ", f.bypass_wait_ms);
@@ -615,7 +616,9 @@ int run_bench_allreduce(int argc, char** argv) {
     group = make_nccl_process_group(options);
   } else {
     VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");
-    options.cpu_allreduce = parse_cpu_allreduce(flags.cpu_allreduce);
+    options.cpu_allreduce = flags.cpu_allreduce == "ring"          ? ProcessGroupOptions::CpuAllreduce::kRing
+                            : flags.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
+                                                                   : ProcessGroupOptions::CpuAllreduce::kGloo;
     options.bypass_wait = std::chrono::duration<double>(flags.bypass_wait_ms / 1000);
     apply_slow_rank_from_environment(options);
     group = make_gloo_process_group(options);
