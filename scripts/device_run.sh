@@ -15,7 +15,8 @@
 #   OPS="m:b ..."    --op-breakdown of vitddp's bf16 step for each model:batch (ops_M_B.log)
 #   JPEG=1           JPEG files at the GPU's pace: scripts/jpeg_bench.sh
 #   SWEEP="f.json"   train bench --sweep FILE for each (REFERENCE=1: PyTorch's rows beside ours);
-#                    DIGITS=1 first writes scikit-learn's digits to data/digits (the accuracy sweeps)
+#                    DIGITS=1 first puts scikit-learn's digits at data/digits (the accuracy sweeps):
+#                    the copy fetch_device_deps.sh wrote to .deps/digits, else made here
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -77,7 +78,10 @@ if [ "${LOSS_CURVE:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/loss_curve_check.sh build-gpu "${LOSS_STEPS:-100}" | tail -8
   stamp "loss curves done"
 fi
-[ "${DIGITS:-0}" = 1 ] && python3 scripts/make_digits_dataset.py data/digits > "$OUT/digits.log" 2>&1
+if [ "${DIGITS:-0}" = 1 ]; then
+  if [ -d .deps/digits/val ]; then ln -sfn ../.deps/digits data/digits
+  else python3 scripts/make_digits_dataset.py data/digits > "$OUT/digits.log" 2>&1; fi
+fi
 for sweep in ${SWEEP:-}; do
   name=$(basename "$sweep" .json)
   ref=(); [ "${REFERENCE:-0}" = 1 ] && ref=(--reference .deps/anchors/torch_ddp_vit.py)

@@ -4,7 +4,9 @@
 # those (CLI11, nlohmann/json, libjpeg-turbo's TurboJPEG, libpng with zlib's headers) are
 # downloaded here and unpacked into .deps/root (the build links the libraries there by path),
 # the cuDNN frontend's headers (the nvidia-cudnn-frontend wheel's include/, for cuDNN's fused
-# attention) into .deps/cudnn_frontend, and the PyTorch reference scripts are copied into .deps/anchors. Name .deps in the device call's `carry`; configure there with
+# attention) into .deps/cudnn_frontend, the PyTorch reference scripts are copied into .deps/anchors, and scikit-learn's digits (the
+# accuracy sweeps' real images) are written to .deps/digits here, because the GPU machine's python
+# has no scikit-learn. Name .deps in the device call's `carry`; configure there with
 # -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +21,5 @@ find .deps/root -type l | while read -r link; do
 done
 bash scripts/fetch_cudnn_frontend.sh
 if [ -d ../shared/anchors ]; then cp ../shared/anchors/*.py .deps/anchors/; fi
+[ -d .deps/digits/val ] || /usr/bin/python3 scripts/make_digits_dataset.py .deps/digits
 echo "vitddp: .deps ready ($(du -sh .deps | cut -f1))"
