@@ -90,4 +90,7 @@ for sweep in ${SWEEP:-}; do
   stamp "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done
 stamp "done"
-tar czf "$RESULTS/results.tgz" -C "$OUT" . && cp "$OUT/run.log" "$RESULTS/run.log"
+# A file back from the device may be at most 16 MiB: large ones are named here and left out.
+(cd "$OUT" && find . -type f -size +4M) > "$OUT/left_out.txt"
+[ -s "$OUT/left_out.txt" ] && { echo "left out of results.tgz (over 4 MiB):"; (cd "$OUT" && xargs -a left_out.txt ls -l); }
+tar czf "$RESULTS/results.tgz" -X "$OUT/left_out.txt" -C "$OUT" . && cp "$OUT/run.log" "$RESULTS/run.log"
