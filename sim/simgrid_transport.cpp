@@ -35,22 +35,37 @@ class SimGridTransport::SendOp final : public Op {
   int source() const override { return -1; }
 };
 
+// Messages to one destination and their simulated sizes, sent in order by the outbox's actor; it
+// ends once closed and empty. Shared with that actor, which may outlive the transport.
+struct SimGridTransport::Outbox {
+  std::deque<std::pair<SimMessage*, uint64_t>> queue;
+  sg4::MutexPtr mutex = sg4::Mutex::create();
+  sg4::ConditionVariablePtr ready = sg4::ConditionVariable::create();
+  bool closed = false;
+};
+
 namespace {
 bool is_payload(Channel c) { return c == Channel::kPayload || c == Channel::kLatePayload || c == Channel::kGather; }
 }  // namespace
 
 SimGridTransport::SimGridTransport(int rank, int size, double payload_scale, double flop_per_element,
-                                   double late_seconds, int late_reduce)
+                                   double link_bytes_per_second, double late_seconds, int late_reduce)
     : rank_(rank), size_(size), payload_scale_(payload_scale), flop_per_element_(flop_per_element),
-      late_seconds_(late_seconds), late_reduce_(late_reduce), inbox_(inbox_of(rank)),
+      link_bytes_per_second_(link_bytes_per_second), late_seconds_(late_seconds), late_reduce_(late_reduce), inbox_(inbox_of(rank)),
       mutex_(sg4::Mutex::create()), arrived_(sg4::ConditionVariable::create()) {
   receiver_ = sg4::Actor::create("inbox-" + std::to_string(rank), sg4::this_actor::get_host(),
                                  [this] { receive_loop(); });
   inbox_->set_receiver(receiver_);
 }
 
-// A message of no channel from the rank itself ends the receiver.
+// A message of no channel from the rank itself ends the receiver; closed outboxes end their
+// actors once they have sent what they hold.
 SimGridTransport::~SimGridTransport() {
+  for (auto& [to, outbox] : outboxes_) {
+    std::unique_lock<sg4::Mutex> lock(*outbox->mutex);
+    outbox->closed = true;
+    outbox->ready->notify_all();
+  }
   inbox_->put(new SimMessage{rank_, Channel::kControl, ~uint64_t{0}, {}}, 1);
   inbox_->set_receiver(nullptr);
 }
@@ -74,10 +89,31 @@ std::unique_ptr<straggler::RingTransport::Op> SimGridTransport::post_send(int to
   const auto* p = static_cast<const unsigned char*>(data);
   m->bytes.assign(p, p + bytes);
   const double simulated = is_payload(channel) ? static_cast<double>(bytes) * payload_scale_ : static_cast<double>(bytes);
-  // A message of no bytes still crosses the link's latency. Detached: the bytes are copied, so
-  // the caller's buffer is free at once, and SimGrid need not keep the rank's sends on its list
-  // of the actor's activities (which every completion walks).
-  inbox_of(to)->put_init(m, static_cast<uint64_t>(std::max(1.0, simulated)))->detach();
+  std::shared_ptr<Outbox>& outbox = outboxes_[to];
+  if (!outbox) {
+    outbox = std::make_shared<Outbox>();
+    // A daemon: one still holding messages for a rank that has finished ends with the simulation.
+    sg4::Actor::create("outbox-" + std::to_string(rank_) + "-" + std::to_string(to), sg4::this_actor::get_host(),
+                       [box = outbox, to, rate = link_bytes_per_second_] {
+                         for (;;) {
+                           std::unique_lock<sg4::Mutex> lock(*box->mutex);
+                           while (box->queue.empty() && !box->closed) box->ready->wait(lock);
+                           if (box->queue.empty()) return;
+                           auto [message, size] = box->queue.front();
+                           box->queue.pop_front();
+                           lock.unlock();
+                           inbox_of(to)->put_init(message, size)->detach();
+                           sg4::this_actor::sleep_for(static_cast<double>(size) / rate);
+                         }
+                       })
+        ->daemonize();
+  }
+  // A message of no bytes still crosses the link's latency. The bytes are copied, so the
+  // caller's buffer is free at once. Detached in the outbox: SimGrid need not keep the sends on
+  // the actor's list of activities, which every completion walks.
+  std::unique_lock<sg4::Mutex> lock(*outbox->mutex);
+  outbox->queue.emplace_back(m, static_cast<uint64_t>(std::max(1.0, simulated)));
+  outbox->ready->notify_all();
   return std::make_unique<SendOp>();
 }
 

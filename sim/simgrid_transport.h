@@ -6,12 +6,23 @@
 // twice. Payloads may stand for more bytes than they hold: `payload_scale` multiplies the
 // simulated size of every payload and the elements each reduce is charged for, so a ring of a
 // thousand ranks moves real values (and its sums are checked) at any simulated size.
+//
+// Messages to one peer leave in order, back to back at the link's rate, through a sender actor
+// per peer (an outbox), as they do on a TCP connection, a Gloo pair or an NCCL channel: each
+// starts once the one before has left (its bytes over the bandwidth), its latency overlapping the
+// next one's. Posting them as concurrent flows instead would let SimGrid share the link between
+// them fairly, so a burst of k chunks (a straggler catching up) would all arrive at k times one
+// chunk's transfer and the next rank could start on none before: the ring's pipelining lost at
+// every hop, and a 1 ms delay costing the plain ring ten times that. Waiting for each message to
+// arrive instead would charge a latency per message, the header's too.
 #pragma once
 
 #include <simgrid/s4u.hpp>
 
 #include <deque>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "distributed/straggler/ring_transport.h"
@@ -28,10 +39,11 @@ struct SimMessage {
 class SimGridTransport final : public straggler::RingTransport {
  public:
   // `flop_per_element`: the compute charged per reduced element on this rank's host.
+  // `link_bytes_per_second`: the rate at which the outboxes send, the host link's bandwidth.
   // `late_seconds`: what this rank adds to its reduces as a straggler (a sleep), at every one
   // when `late_reduce` < 0, else only at that one (counted from 0).
-  SimGridTransport(int rank, int size, double payload_scale, double flop_per_element, double late_seconds = 0,
-                   int late_reduce = -1);
+  SimGridTransport(int rank, int size, double payload_scale, double flop_per_element, double link_bytes_per_second,
+                   double late_seconds = 0, int late_reduce = -1);
   ~SimGridTransport() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -45,6 +57,7 @@ class SimGridTransport final : public straggler::RingTransport {
 
   class RecvOp;
   class SendOp;
+  struct Outbox;
 
  private:
   void dispatch(SimMessage* m);
@@ -54,7 +67,7 @@ class SimGridTransport final : public straggler::RingTransport {
                                        void* data, size_t bytes);
 
   const int rank_, size_;
-  const double payload_scale_, flop_per_element_, late_seconds_;
+  const double payload_scale_, flop_per_element_, link_bytes_per_second_, late_seconds_;
   const int late_reduce_;
   int reduces_ = 0;
   simgrid::s4u::Mailbox* inbox_;
@@ -63,6 +76,7 @@ class SimGridTransport final : public straggler::RingTransport {
   simgrid::s4u::ConditionVariablePtr arrived_;
   std::deque<std::unique_ptr<SimMessage>> unclaimed_;
   std::vector<RecvOp*> posted_;
+  std::map<int, std::shared_ptr<Outbox>> outboxes_;  // by destination, made at the first send
 };
 
 // The mailbox of `rank`'s messages.
