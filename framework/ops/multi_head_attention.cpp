@@ -2,6 +2,7 @@
 // path (every other case); Note [Which attention runs] says which.
 #include "framework/autograd/node.h"
 #include "framework/cuda/cudnn_attention.h"
+#include "framework/cuda/flash_attention_f32.h"
 #include "framework/cuda/multi_head_attention.h"
 #include "framework/ops/attention.h"
 #include "framework/ops/dispatch.h"
@@ -10,21 +11,27 @@
 namespace vitddp {
 namespace {
 
-// The fused paths' backward. The project's kernels recompute the probabilities from qkv;
-// cuDNN's reads the forward's output and softmax log-sum-exp instead (kept here, `out`
-// detached since it is this node's own output).
+// The fused paths' backward. The project's kernels for short sequences recompute the
+// probabilities from qkv; cuDNN's and the f32 flash kernels read the forward's output and softmax
+// log-sum-exp instead (kept here, `out` detached since it is this node's own output).
+enum class Fused { kShort, kCudnn, kFlashF32 };
+
 class MultiHeadAttentionBackward final : public Node {
  public:
-  MultiHeadAttentionBackward(const Tensor& qkv, int64_t num_heads, const Tensor& out = Tensor(),
+  MultiHeadAttentionBackward(Fused kind, const Tensor& qkv, int64_t num_heads, const Tensor& out = Tensor(),
                              const Tensor& lse = Tensor())
-      : num_heads_(num_heads), cudnn_(lse.defined()) {
+      : kind_(kind), num_heads_(num_heads) {
     save(qkv);
-    if (cudnn_) {
+    if (kind_ != Fused::kShort) {
       save(out.detach());
       save(lse);
     }
   }
-  std::string name() const override { return cudnn_ ? "CudnnAttentionBackward" : "MultiHeadAttentionBackward"; }
+  std::string name() const override {
+    return kind_ == Fused::kCudnn      ? "CudnnAttentionBackward"
+           : kind_ == Fused::kFlashF32 ? "FlashAttentionF32Backward"
+                                       : "MultiHeadAttentionBackward";
+  }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const Tensor& qkv = saved(0);
     Tensor dout = grads[0].to(qkv.dtype()).contiguous();
@@ -33,17 +40,22 @@ class MultiHeadAttentionBackward final : public Node {
         qkv.device(), "multi_head_attention backward",
         [&] { VITDDP_ASSERT(false, "the fused attention paths are CUDA only"); },
         [&] {
-          if (cudnn_)
+          if (kind_ == Fused::kCudnn) {
             cuda::sdpa_backward(qkv, saved(1), saved(2), dout, num_heads_, dqkv);
-          else
+          } else if (kind_ == Fused::kFlashF32) {
+            // The kernels read 16-byte words; a gradient that is a view at an odd offset is copied.
+            if (reinterpret_cast<uintptr_t>(dout.data_ptr()) % 16 != 0) dout = dout.clone();
+            cuda::flash_f32_backward(qkv, saved(1), saved(2), dout, num_heads_, dqkv);
+          } else {
             cuda::mha_backward(qkv, dout, num_heads_, dqkv);
+          }
         });
     return {dqkv};
   }
 
  private:
+  Fused kind_;
   int64_t num_heads_;
-  bool cudnn_;
 };
 
 // The composed form: split heads, scaled_dot_product_attention, merge heads.
@@ -57,18 +69,21 @@ Tensor composed(const Tensor& qkv, int64_t num_heads) {
 // Note [Which attention runs]
 // On the GPU, in this order: (1) the project's tensor-core kernels where they fit (bf16/f16/f32
 // heads of 64 dims over at most 64 tokens, ViT-L/32's shape: one block per head, no log-sum-exp
-// kept, the backward recomputing the probabilities); (2) for bf16/f16 otherwise, cuDNN's fused
-// attention (tiles over keys with an online softmax, any sequence length, head dims to 128)
-// where the build has it and cuDNN takes the shape; (3) the project's SIMT kernels where a head
-// fits in shared memory; (4) the composed ops (head split, scaled_dot_product_attention, head
-// merge), which also serve the CPU and f64. All read the packed qkv except (4).
-enum class Path { kFused, kCudnn, kComposed };
+// kept, the backward recomputing the probabilities); (2) for f32 otherwise, the project's flash
+// kernels (framework/cuda/flash_attention_f32.h: tiles over keys with an online softmax, any
+// sequence length, head dims 64, 80 and 128, no N x N probabilities kept); (3) for bf16/f16
+// otherwise, cuDNN's fused attention (the same scheme on tensor cores) where the build has it and
+// cuDNN takes the shape; (4) the project's SIMT kernels where a head fits in shared memory;
+// (5) the composed ops (head split, scaled_dot_product_attention, head merge), which also serve
+// the CPU and f64. All read the packed qkv except (5).
+enum class Path { kFused, kFlashF32, kCudnn, kComposed };
 
 Path choose(const Tensor& qkv, int64_t num_heads, bool training) {
 #if VITDDP_WITH_CUDA
   if (!qkv.device().is_cuda() || qkv.dtype() == DType::kF64) return Path::kComposed;
   const int64_t n = qkv.size(1), hd = qkv.size(2) / 3 / num_heads;
   if (cuda::tensor_core_attention_fits(qkv.dtype(), n, hd)) return Path::kFused;
+  if (cuda::flash_f32_fits(qkv, num_heads)) return Path::kFlashF32;
   if (cuda::sdpa_available(qkv, num_heads, training)) return Path::kCudnn;
   return cuda::fused_attention_fits(n, hd) ? Path::kFused : Path::kComposed;
 #else
@@ -90,19 +105,30 @@ Tensor multi_head_attention(const Tensor& qkv_in, int64_t num_heads) {
   if (path == Path::kComposed) return composed(qkv_in, num_heads);
   Tensor qkv = qkv_in.contiguous();
   Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
-  if (path == Path::kCudnn) {
+  if (path == Path::kCudnn || path == Path::kFlashF32) {
+    const bool flash = path == Path::kFlashF32;
+    // The flash kernels read 16-byte words: a view at an odd offset is copied.
+    if (flash && reinterpret_cast<uintptr_t>(qkv.data_ptr()) % 16 != 0) qkv = qkv.clone();
     const Tensor lse =
         training ? Tensor::empty({qkv.size(0), num_heads, qkv.size(1)}, DType::kF32, qkv.device()) : Tensor();
     on_device(
-        qkv.device(), "multi_head_attention", [&] { VITDDP_ASSERT(false, "cuDNN attention is CUDA only"); },
-        [&] { cuda::sdpa_forward(qkv, num_heads, out, lse); });
-    if (training) record(std::make_shared<MultiHeadAttentionBackward>(qkv, num_heads, out, lse), {qkv_in}, out);
+        qkv.device(), "multi_head_attention", [&] { VITDDP_ASSERT(false, "fused attention is CUDA only"); },
+        [&] {
+          if (flash)
+            cuda::flash_f32_forward(qkv, num_heads, out, lse);
+          else
+            cuda::sdpa_forward(qkv, num_heads, out, lse);
+        });
+    if (training)
+      record(std::make_shared<MultiHeadAttentionBackward>(flash ? Fused::kFlashF32 : Fused::kCudnn, qkv, num_heads,
+                                                          out, lse),
+             {qkv_in}, out);
     return out;
   }
   on_device(
       qkv.device(), "multi_head_attention", [&] { VITDDP_ASSERT(false, "the fused attention path is CUDA only"); },
       [&] { cuda::mha_forward(qkv, num_heads, out); });
-  if (any_requires_grad({qkv_in})) record(std::make_shared<MultiHeadAttentionBackward>(qkv, num_heads), {qkv_in}, out);
+  if (any_requires_grad({qkv_in})) record(std::make_shared<MultiHeadAttentionBackward>(Fused::kShort, qkv, num_heads), {qkv_in}, out);
   return out;
 }
 

@@ -318,10 +318,12 @@ TEST(CudaTensor, CopiesConversionsAndPeakMemory) {
 namespace vitddp {
 namespace {
 
-// The fused kernels (ViT-L/32's 50 tokens x 64 dims, and odd small shapes) and the composed
-// fallback (too large for shared memory) against the CPU's composed form.
+// The fused kernels (ViT-L/32's 50 tokens x 64 dims, odd small shapes, the f32 flash kernels at
+// 160 tokens x 128 dims) and the composed fallback (a head dim the flash kernels do not take, too
+// large for shared memory) against the CPU's composed form.
 TEST_P(CudaOps, MultiHeadAttentionFusedAndFallback) {
-  for (auto [n, heads, hd] : {std::tuple<int64_t, int64_t, int64_t>{50, 4, 64}, {5, 3, 4}, {33, 2, 24}, {160, 2, 128}}) {
+  for (auto [n, heads, hd] : {std::tuple<int64_t, int64_t, int64_t>{50, 4, 64}, {5, 3, 4}, {33, 2, 24}, {160, 2, 128},
+                              {160, 2, 96}}) {
     auto fn = [heads = heads](const std::vector<Tensor>& t) { return multi_head_attention(t[0], heads); };
     EXPECT_TRUE(matches(fn, {input({3, n, 3 * heads * hd}, gen_, true, -2, 2)})) << n << " " << heads << " " << hd;
   }

@@ -1,5 +1,5 @@
 // Golden test on the GPU: the loss and every gradient of ViT-L/32 (50 tokens: the tensor-core
-// attention) and ViT-B/16 (197 tokens: the composed attention in f32), computed by vitddp's CUDA
+// attention) and ViT-B/16 (197 tokens: the f32 flash attention), computed by vitddp's CUDA
 // backend in strict fp32, against torchvision on the same weights and batch (fp32, TF32 off),
 // within 1e-4 relative. Needs a python3 with numpy, torch and torchvision (found at configure time: see
 // common/parity_python.h); skips without one.
