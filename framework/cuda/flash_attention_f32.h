@@ -2,7 +2,8 @@
 // the linear layers use: q, k and v read in place from qkv (B, N, 3D), the output written as
 // (B, N, D), the gradients into dqkv (B, N, 3D), so no head split or merge is copied and no
 // N x N probabilities are kept. Multiply-adds on the f32 cores (no tensor cores: the numbers
-// of strict fp32, also under TF32, where this measured faster than the composed products).
+// of strict fp32, also under TF32, where it is as fast as the composed products on TF32 tensor
+// cores and keeps no probabilities).
 // The forward tiles over keys with an online softmax and keeps each row's log-sum-exp (B, H, N)
 // for the backward, which recomputes the probabilities. The backward is deterministic: a block
 // owns a tile of keys (its dK and dV complete in it) and writes its share of every query's dQ to
