@@ -17,6 +17,18 @@
 #include "framework/io/json_structure_pass.h"
 
 namespace vitddp {
+const std::vector<std::string>& cpu_allreduce_names() {
+  static const std::vector<std::string> names = {"gloo", "ring", "bypass-ring"};
+  return names;
+}
+
+std::string cpu_allreduce_choices() {
+  const std::vector<std::string>& n = cpu_allreduce_names();
+  std::string out;
+  for (size_t i = 0; i < n.size(); ++i) out += (i == 0 ? "" : i + 1 == n.size() ? " or " : ", ") + n[i];
+  return out;
+}
+
 namespace {
 
 using FieldPtr = std::variant<int*, int64_t*, uint64_t*, double*, std::string*, bool*>;
@@ -456,8 +468,9 @@ void TrainConfig::validate() const {
   early_bucket_mbs();  // throws on a bad list
   VITDDP_CHECK(transport == "nccl" || transport == "host-copy", "transport must be nccl or host-copy, got '",
                transport, "'");
-  VITDDP_CHECK(cpu_allreduce == "gloo" || cpu_allreduce == "ring" || cpu_allreduce == "bypass-ring",
-               "cpu-allreduce must be gloo, ring or bypass-ring, got '", cpu_allreduce, "'");
+  const std::vector<std::string>& cpu_allreduces = cpu_allreduce_names();
+  VITDDP_CHECK(std::find(cpu_allreduces.begin(), cpu_allreduces.end(), cpu_allreduce) != cpu_allreduces.end(),
+               "cpu-allreduce must be ", cpu_allreduce_choices(), ", got '", cpu_allreduce, "'");
   VITDDP_CHECK(bypass_wait_ms >= 0 && std::isfinite(bypass_wait_ms), "bypass-wait-ms must be a finite number >= 0, got ",
                bypass_wait_ms);
   VITDDP_CHECK(!host_copy_overlap || transport == "host-copy", "host-copy-overlap changes how the host copy's "

@@ -19,6 +19,12 @@
 
 namespace vitddp {
 
+// The values of the expert key cpu-allreduce (and the all-reduce bench's --cpu-allreduce), in the
+// order of ProcessGroupOptions::CpuAllreduce (train/cpu_allreduce_choice.h maps them).
+const std::vector<std::string>& cpu_allreduce_names();
+// Those names as a user reads them: "gloo, ring or bypass-ring".
+std::string cpu_allreduce_choices();
+
 // Samples a synthetic dataset may hold: the sampler keeps an index per sample (8 GB at this size).
 constexpr int64_t kMaxDatasetSize = 1000000000;
 // The synthetic datasets' size unless set: ImageNet-1k's training set, so that a run's images
@@ -89,7 +95,7 @@ struct TrainConfig {
   bool host_copy_overlap = false;  // host-copy: back-to-back all-reduces overlap their copies
   bool host_copy_reduce_beside = false;  // host-copy: the additions on a stream beside the receiving copies
   double timeout = 300.0;          // seconds a collective may take before the run is stopped
-  std::string cpu_allreduce = "gloo";  // gloo | ring | bypass-ring: how CPU processes sum f32 buckets
+  std::string cpu_allreduce = "gloo";  // one of cpu_allreduce_names(): how CPU processes sum f32 buckets
   double bypass_wait_ms = 2.0;     // bypass-ring: how long a rank waits for its predecessor
   // speed
   bool cuda_graph = true;          // GPU: forward, backward and DDP's collectives replayed as one CUDA graph

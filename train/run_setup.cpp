@@ -8,6 +8,7 @@
 #include "framework/core/random.h"
 #include "framework/io/safetensors.h"
 #include "train/checkpoint/run_state.h"
+#include "train/cpu_allreduce_choice.h"
 #include "train/dataset_factory.h"
 #include "train/device_choice.h"
 #include "train/device_setup.h"
@@ -99,9 +100,7 @@ DdpOptions ddp_options(const TrainConfig& c, const RankEnvironment& env) {
   o.group.host_copy_allreduce = c.transport == "host-copy";  // Note [Host-copy all-reduce]
   o.group.host_copy_overlap = c.host_copy_overlap;           // Note [Back-to-back host copies]
   o.group.host_copy_reduce_beside = c.host_copy_reduce_beside;  // Note [Reductions beside the copies]
-  o.group.cpu_allreduce = c.cpu_allreduce == "ring"          ? ProcessGroupOptions::CpuAllreduce::kRing
-                          : c.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
-                                                             : ProcessGroupOptions::CpuAllreduce::kGloo;
+  o.group.cpu_allreduce = cpu_allreduce_from_name(c.cpu_allreduce);
   o.group.bypass_wait = std::chrono::duration<double>(c.bypass_wait_ms / 1000);
   apply_slow_rank_from_environment(o.group);
   o.buckets.bucket_cap_bytes = mb_bytes(c.bucket_mb);

@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "common/multiprocess.h"
 #include "common/run_checks.h"
 #include "common/train_process.h"
 #include "framework/io/safetensors.h"
+#include "train/config.h"
+#include "train/cpu_allreduce_choice.h"
 
 namespace vitddp {
 namespace {
@@ -71,6 +74,19 @@ TEST(BypassRingTrain, AHungOrDeadRankStopsTheRunAndIsNamed) {
   EXPECT_NE(dead.code, 0) << dead.out;
   EXPECT_NE(dead.out.find("rank 2"), std::string::npos) << dead.out;
   EXPECT_LT(dead.seconds, 3 + 10) << dead.out;
+}
+
+// The key's names (train/config.h) map to the process group's enum in its order, once for train
+// and the all-reduce bench.
+TEST(BypassRingTrain, TheNamesMapToTheEnumInOrder) {
+  using A = ProcessGroupOptions::CpuAllreduce;
+  EXPECT_EQ(cpu_allreduce_names(), (std::vector<std::string>{"gloo", "ring", "bypass-ring"}));
+  EXPECT_EQ(cpu_allreduce_from_name("gloo"), A::kGloo);
+  EXPECT_EQ(cpu_allreduce_from_name("ring"), A::kRing);
+  EXPECT_EQ(cpu_allreduce_from_name("bypass-ring"), A::kBypassRing);
+  EXPECT_THROW(cpu_allreduce_from_name("Ring"), Error);
+  testing::expect_refused_in_one_line("bench allreduce --procs 2 --cpu-allreduce zip",
+                                      "cpu-allreduce must be gloo, ring or bypass-ring, got 'zip'");
 }
 
 TEST(BypassRingTrain, BadSettingsAreRefused) {

@@ -24,6 +24,7 @@
 #include "framework/core/scalar_types.h"
 #include "models/vit/vit_config.h"
 #include "train/config.h"
+#include "train/cpu_allreduce_choice.h"
 #include "train/device_choice.h"
 #include "train/exit_codes.h"
 #include "train/observe/slow_rank.h"
@@ -447,8 +448,7 @@ BenchPlan make_plan(const BenchFlags& f) {
   check_procs_flag(f.procs);
   VITDDP_CHECK(f.gpus == 0 || f.procs == 0, "--gpus and --procs exclude each other");
   VITDDP_CHECK(!f.host_copy_overlap || f.host_copy, "--host-copy-overlap needs --host-copy");
-  VITDDP_CHECK(f.cpu_allreduce == "gloo" || f.cpu_allreduce == "ring" || f.cpu_allreduce == "bypass-ring",
-               "--cpu-allreduce must be gloo, ring or bypass-ring, got '", f.cpu_allreduce, "'");
+  (void)cpu_allreduce_from_name(f.cpu_allreduce);  // throws on a name that is not one
   VITDDP_CHECK(f.cpu_allreduce == "gloo" || f.procs > 0, "--cpu-allreduce ", f.cpu_allreduce,
                " sums over CPU processes: it needs --procs N");
   VITDDP_CHECK(f.bypass_wait_ms >= 0, "--bypass-wait-ms must be >= 0, got ", f.bypass_wait_ms);
@@ -616,9 +616,7 @@ int run_bench_allreduce(int argc, char** argv) {
     group = make_nccl_process_group(options);
   } else {
     VITDDP_CHECK(!flags.host_copy, "--host-copy moves GPU buffers: it needs --gpus N");
-    options.cpu_allreduce = flags.cpu_allreduce == "ring"          ? ProcessGroupOptions::CpuAllreduce::kRing
-                            : flags.cpu_allreduce == "bypass-ring" ? ProcessGroupOptions::CpuAllreduce::kBypassRing
-                                                                   : ProcessGroupOptions::CpuAllreduce::kGloo;
+    options.cpu_allreduce = cpu_allreduce_from_name(flags.cpu_allreduce);
     options.bypass_wait = std::chrono::duration<double>(flags.bypass_wait_ms / 1000);
     apply_slow_rank_from_environment(options);
     group = make_gloo_process_group(options);

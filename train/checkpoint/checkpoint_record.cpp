@@ -20,7 +20,19 @@ std::string sanitize(const std::string& text, size_t max_len = 200) { return san
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-constexpr int kVersion = 1;
+// Version 2 records carry "record_crc32", the CRC-32 of the record's other fields as compact JSON
+// in their order: a byte that changes a field (a step, the loader's position) fails it, so a
+// damaged record is skipped like a damaged tensors file instead of resuming wrong. Version 1
+// records (without it) still load.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
+
+// The CRC-32 of `o` without its "record_crc32" key, as compact JSON.
+std::string fields_crc32(ojson o) {
+  o.erase("record_crc32");
+  const std::string text = o.dump();
+  return hex32(crc32(text.data(), text.size()));
+}
 constexpr uint64_t kMaxRecordBytes = 64ull << 20;  // a record is a few KB; refuse absurd files
 
 // Strict reading of one JSON record: every field present with its type, no key unknown.
@@ -108,11 +120,20 @@ CheckpointRecord parse_record_text(const std::string& text, const std::string& l
   r.exact_keys(j, "",
                {"format", "version", "step", "rank", "world_size", "model", "optimizer", "rng", "loader_step",
                 "powersgd", "config", "tensors", "complete"},
-               {"buckets"});
+               {"buckets", "record_crc32"});
   if (r.string(j, "", "format") != kCheckpointFormat)
     r.fail("field 'format' is ", quote(j["format"].get<std::string>()), ", expected '", kCheckpointFormat, "'");
   int64_t version = r.integer(j, "", "version", 0);
-  if (version != kVersion) r.fail("record version ", version, " is not supported (this build reads ", kVersion, ")");
+  if (version < kOldestVersion || version > kVersion)
+    r.fail("record version ", version, " is not supported (this build reads ", kOldestVersion, " to ", kVersion, ")");
+  if (version >= 2) {
+    if (!j.contains("record_crc32")) r.fail("field 'record_crc32' is missing (a version 2 record carries it)");
+    const std::string want = r.string(j, "", "record_crc32");
+    const std::string got = fields_crc32(ojson::parse(text));
+    if (got != want)
+      r.fail("the record fails its checksum (CRC-32 ", got, " of its fields, it says ", quote(want),
+             "): the file is damaged");
+  }
   if (!r.boolean(j, "", "complete")) r.fail("record is marked incomplete");
 
   CheckpointRecord rec;
@@ -202,6 +223,8 @@ CheckpointRecord parse_record(const std::string& path) {
   return parse_record_text(read_text(path, kMaxRecordBytes, "a checkpoint record"), path);
 }
 
+std::string record_fields_crc32(const std::string& text) { return fields_crc32(ojson::parse(text)); }
+
 std::string record_text(const CheckpointState& s, const std::string& tensors_file, uint64_t bytes, uint32_t crc) {
   ojson j = ojson::object();
   j["format"] = kCheckpointFormat;
@@ -227,7 +250,8 @@ std::string record_text(const CheckpointState& s, const std::string& tensors_fil
   }
   j["config"] = s.config.is_object() ? ojson::parse(s.config.dump()) : ojson::object();
   j["tensors"] = {{"file", tensors_file}, {"bytes", bytes}, {"crc32", hex32(crc)}};
-  j["complete"] = true;  // last, by convention; the record is only ever renamed into place whole
+  j["complete"] = true;  // the record is only ever renamed into place whole
+  j["record_crc32"] = fields_crc32(j);
   return j.dump(2) + "\n";
 }
 

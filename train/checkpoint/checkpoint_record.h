@@ -56,6 +56,11 @@ CheckpointRecord parse_record_text(const std::string& text, const std::string& l
 // The record file at `path`, read (a size bound keeps an absurd file from being read) and parsed.
 CheckpointRecord parse_record(const std::string& path);
 
+// The CRC-32 a version 2 record's "record_crc32" holds for a record's `text` (JSON): of its other
+// fields as compact JSON, in the text's order. Tests that edit a record on purpose reseal it with
+// this, so the check they aim at is reached.
+std::string record_fields_crc32(const std::string& text);
+
 // The record of `s`, whose tensors went to `tensors_file` (a name in the step folder) with
 // `bytes` bytes and CRC-32 `crc`.
 std::string record_text(const CheckpointState& s, const std::string& tensors_file, uint64_t bytes, uint32_t crc);

@@ -3,6 +3,7 @@
 // a process killed in the middle of a save, retention, and a corpus of bad files that must each
 // give one clear vitddp::Error. The corpus is generated here from a good checkpoint.
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_record.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -268,6 +269,28 @@ TEST(Checkpoint, DamagedNewestFallsBackToThePreviousOne) {
   EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp.path() + "/step-000002", 0, expectations_for(s1)); },
                           {newest, "checksum mismatch"}));
 
+  // A record damaged where it still parses (the loader's position, 4 -> 7): it fails its own
+  // checksum and is skipped the same way, not resumed from.
+  {
+    TempFolder tmp2("vitddp_ckpt");
+    save_checkpoint(tmp2.path(), small_state(1));
+    save_checkpoint(tmp2.path(), small_state(2));
+    const std::string record = tmp2.path() + "/step-000002/rank-0.json";
+    std::string text = read_bytes(record);
+    const size_t at = text.find("\"loader_step\": ");
+    ASSERT_NE(at, std::string::npos) << text;
+    text[at + 15] = text[at + 15] == '7' ? '8' : '7';
+    write_bytes(record, text);
+    std::ostringstream log2;
+    EXPECT_EQ(*find_latest_checkpoint(tmp2.path(), 0, log2), tmp2.path() + "/step-000001");
+    EXPECT_NE(log2.str().find("warning: skipping checkpoint " + tmp2.path() + "/step-000002: " + record +
+                              ": the record fails its checksum"),
+              std::string::npos)
+        << log2.str();
+    EXPECT_TRUE(throws_with([&] { load_checkpoint(tmp2.path() + "/step-000002", 0, expectations_for(small_state(2))); },
+                            {record, "the record fails its checksum", "the file is damaged"}));
+  }
+
   // A missing record (a save that never finished) is skipped the same way.
   fs::remove(tmp.path() + "/step-000002/rank-0.json");
   log.str("");
@@ -528,9 +551,12 @@ struct BadCase {
 
 json read_record(const std::string& step_dir) { return json::parse(read_bytes(step_dir + "/rank-0.json")); }
 void write_record(const std::string& step_dir, const json& j) { write_bytes(step_dir + "/rank-0.json", j.dump(2)); }
+// Edits the record and reseals it (its record_crc32 made right for the new fields), so the
+// reader must find the edited field's problem itself.
 void edit_record(const std::string& step_dir, const std::function<void(json&)>& edit) {
   json j = read_record(step_dir);
   edit(j);
+  if (j.contains("record_crc32")) j["record_crc32"] = record_fields_crc32(j.dump());
   write_record(step_dir, j);
 }
 // After editing the tensors file on purpose: make the record vouch for it again, so the reader
@@ -847,6 +873,26 @@ TEST(Checkpoint, RecordsWithoutASentPLoad) {
   ASSERT_TRUE(back.powersgd);
   EXPECT_FALSE(back.powersgd->buckets.at(0).sent_p.defined());
   EXPECT_TRUE(same_bytes(back.powersgd->buckets.at(0).error, s.powersgd->buckets.at(0).error));
+}
+
+// Records of version 1 carry no checksum of their own: they still load.
+TEST(Checkpoint, VersionOneRecordsLoad) {
+  TempFolder tmp("vitddp_ckpt");
+  CheckpointState s = small_state(120);
+  const std::string step_dir = save_checkpoint(tmp.path(), s);
+  json j = read_record(step_dir);
+  ASSERT_TRUE(j.contains("record_crc32"));
+  j.erase("record_crc32");
+  j["version"] = 1;
+  write_record(step_dir, j);
+  CheckpointState back = load_checkpoint(step_dir, 0, expectations_for(s));
+  EXPECT_EQ(back.loader_step, s.loader_step);
+  EXPECT_TRUE(same_named(back.weights, s.weights));
+  // A version 2 record without one is refused by name.
+  j["version"] = 2;
+  write_record(step_dir, j);
+  EXPECT_TRUE(throws_with([&] { load_checkpoint(step_dir, 0, expectations_for(s)); },
+                          {step_dir + "/rank-0.json", "field 'record_crc32' is missing"}));
 }
 
 // A resume with other data or step settings is allowed, and each change is named; settings a
