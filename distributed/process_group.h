@@ -59,6 +59,7 @@ struct ProcessGroupOptions {
   // Gloo, f32 sums and averages: Gloo's own ring all-reduce, or the straggler-aware ring of
   // distributed/straggler/bypass_ring.h with its bypass (kBypassRing: a rank that waited
   // bypass_wait for its predecessor moves on) or without (kRing).
+  // In the order of the expert key's names (cpu_allreduce_names() in train/config.h).
   enum class CpuAllreduce { kGloo, kRing, kBypassRing };
   CpuAllreduce cpu_allreduce = CpuAllreduce::kGloo;
   std::chrono::duration<double> bypass_wait{0.002};

@@ -53,6 +53,7 @@ SimGridTransport::SimGridTransport(int rank, int size, double payload_scale, dou
     : rank_(rank), size_(size), payload_scale_(payload_scale), flop_per_element_(flop_per_element),
       link_bytes_per_second_(link_bytes_per_second), late_seconds_(late_seconds), late_reduce_(late_reduce), inbox_(inbox_of(rank)),
       mutex_(sg4::Mutex::create()), arrived_(sg4::ConditionVariable::create()) {
+  VITDDP_CHECK(link_bytes_per_second > 0, "simgrid transport: the link rate must be > 0, got ", link_bytes_per_second);
   receiver_ = sg4::Actor::create("inbox-" + std::to_string(rank), sg4::this_actor::get_host(),
                                  [this] { receive_loop(); });
   inbox_->set_receiver(receiver_);

@@ -13,8 +13,10 @@
 // next one's. Posting them as concurrent flows instead would let SimGrid share the link between
 // them fairly, so a burst of k chunks (a straggler catching up) would all arrive at k times one
 // chunk's transfer and the next rank could start on none before: the ring's pipelining lost at
-// every hop, and a 1 ms delay costing the plain ring ten times that. Waiting for each message to
-// arrive instead would charge a latency per message, the header's too.
+// every hop, and a 1 ms delay costing the plain ring about five times that. Waiting for each
+// message to arrive instead would charge a latency per message, the header's too. The pacing
+// assumes the link's full rate for each peer: where a rank sends to two peers at once (the
+// bypass's redirects) or two ranks into one, those flows still share links in SimGrid's model.
 #pragma once
 
 #include <simgrid/s4u.hpp>

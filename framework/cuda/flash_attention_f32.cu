@@ -348,6 +348,8 @@ void allow_shared(Kernel kernel, size_t bytes) {
 bool flash_f32_fits(const Tensor& qkv, int64_t num_heads) {
   if (qkv.dtype() != DType::kF32 || !qkv.device().is_cuda() || qkv.dim() != 3 || num_heads <= 0) return false;
   if (qkv.size(2) % (3 * num_heads) != 0 || qkv.size(1) < 1) return false;
+  // The grid is (query or key tiles, heads, batch): CUDA's limit of 65535 on its y and z.
+  if (qkv.size(0) < 1 || qkv.size(0) > 65535 || num_heads > 65535) return false;
   const int64_t hd = qkv.size(2) / 3 / num_heads;
   return hd == 64 || hd == 80 || hd == 128;
 }
@@ -372,8 +374,10 @@ void flash_f32_forward(const Tensor& qkv, int64_t num_heads, const Tensor& out, 
 
 void flash_f32_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout,
                         int64_t num_heads, const Tensor& dqkv) {
-  VITDDP_ASSERT(flash_f32_fits(qkv, num_heads) && aligned16(qkv) && aligned16(dout) && dout.is_contiguous() &&
-                    out.is_contiguous() && dqkv.is_contiguous(),
+  VITDDP_ASSERT(flash_f32_fits(qkv, num_heads) && qkv.is_contiguous() && aligned16(qkv) && aligned16(dout) &&
+                    dout.is_contiguous() && out.is_contiguous() && dqkv.is_contiguous() &&
+                    dout.dtype() == DType::kF32 && out.dtype() == DType::kF32 && lse.dtype() == DType::kF32 &&
+                    dout.numel() == qkv.numel() / 3 && lse.numel() == qkv.size(0) * num_heads * qkv.size(1),
                 "flash attention f32 backward: qkv ", qkv.description(), ", dout ", dout.description());
   const int64_t b = qkv.size(0), n = qkv.size(1), dm = qkv.size(2) / 3, hd = dm / num_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -7,7 +7,8 @@
 // The forward tiles over keys with an online softmax and keeps each row's log-sum-exp (B, H, N)
 // for the backward, which recomputes the probabilities. The backward is deterministic: a block
 // owns a tile of keys (its dK and dV complete in it) and writes its share of every query's dQ to
-// a workspace, which one pass sums over the key tiles in order.
+// a workspace of ceil(N / 64) x B x N x D floats, live during one layer's backward only, which
+// one pass sums over the key tiles in order.
 // See Note [Which attention runs] in framework/ops/multi_head_attention.cpp.
 #pragma once
 
@@ -19,7 +20,7 @@ namespace vitddp::cuda {
 
 // Whether these kernels take qkv (f32 on a GPU) with `num_heads` heads: head dims 64, 80, 128.
 bool flash_f32_fits(const Tensor& qkv, int64_t num_heads);
-// out (B, N, D) from qkv (B, N, 3D), both contiguous and 16-byte aligned; lse (B, H, N) f32
+// out (B, N, D) from qkv (B, N, 3D), both contiguous, qkv 16-byte aligned; lse (B, H, N) f32
 // when defined (training).
 void flash_f32_forward(const Tensor& qkv, int64_t num_heads, const Tensor& out, const Tensor& lse);
 // dqkv (B, N, 3D) from qkv, the forward's out and lse, and dout (B, N, D); every element of

@@ -126,8 +126,11 @@ CheckpointRecord parse_record_text(const std::string& text, const std::string& l
   int64_t version = r.integer(j, "", "version", 0);
   if (version < kOldestVersion || version > kVersion)
     r.fail("record version ", version, " is not supported (this build reads ", kOldestVersion, " to ", kVersion, ")");
-  if (version >= 2) {
-    if (!j.contains("record_crc32")) r.fail("field 'record_crc32' is missing (a version 2 record carries it)");
+  // Checked whenever present: the version is among the fields it covers, so a damaged version
+  // cannot switch it off.
+  if (version >= 2 && !j.contains("record_crc32"))
+    r.fail("field 'record_crc32' is missing (a version 2 record carries it)");
+  if (j.contains("record_crc32")) {
     const std::string want = r.string(j, "", "record_crc32");
     const std::string got = fields_crc32(ojson::parse(text));
     if (got != want)
