@@ -134,11 +134,20 @@ bool is_temp_of_rank(const std::string& name, int rank) {
   return name.rfind("rank-" + std::to_string(rank) + ".", 0) == 0 && name.find(".tmp.") != std::string::npos;
 }
 
-// Whether every rank's record of `step_dir` is present (the step completed everywhere), for
-// retention and LATEST; whole-ness proper also checks the CRC (find_latest_checkpoint).
+// Whether every rank's record of `step_dir` is present and sound (parses, passes its own CRC):
+// the step completed everywhere, for retention and LATEST. A damaged record does not count, so
+// retention keeps an older step in its place. Whole-ness proper also checks the tensors' CRC
+// (find_latest_checkpoint), which would read every tensors file at every save.
 bool all_records_present(const std::string& step_dir, int world_size) {
-  for (int r = 0; r < world_size; ++r)
-    if (!exists(join_path(step_dir, rank_file(r, ".json")))) return false;
+  for (int r = 0; r < world_size; ++r) {
+    const std::string record = join_path(step_dir, rank_file(r, ".json"));
+    if (!exists(record)) return false;
+    try {
+      (void)parse_record(record);
+    } catch (const Error&) {
+      return false;
+    }
+  }
   return true;
 }
 

@@ -304,6 +304,21 @@ TEST(Checkpoint, DamagedNewestFallsBackToThePreviousOne) {
                            "step-000001: " + tmp.path() + "/step-000001/rank-0.json: malformed JSON"}));
 }
 
+// A step whose record is damaged does not count towards retention's `keep`: the older whole step
+// stays, so a resume still has one to fall back to.
+TEST(Checkpoint, RetentionDoesNotCountADamagedStep) {
+  TempFolder tmp("vitddp_ckpt");
+  save_checkpoint(tmp.path(), small_state(1));
+  save_checkpoint(tmp.path(), small_state(2));
+  write_bytes(tmp.path() + "/step-000002/rank-0.json", "{\"damaged\": true}");
+  save_checkpoint(tmp.path(), small_state(3));  // keep 2: steps 3 and 1 are the whole ones
+  EXPECT_TRUE(fs::exists(tmp.path() + "/step-000001/rank-0.json"));
+  EXPECT_TRUE(fs::exists(tmp.path() + "/step-000003/rank-0.json"));
+  fs::remove(tmp.path() + "/step-000003/rank-0.json");  // the newest lost too
+  std::ostringstream log;
+  EXPECT_EQ(*find_latest_checkpoint(tmp.path(), 0, log), tmp.path() + "/step-000001");
+}
+
 // Note [Killing a save]
 // The child saves with VITDDP_TEST_PAUSE_IN_SAVE set, which makes it stop halfway through the
 // tensors temp file and say so on stderr; the parent reads that line from a pipe and kills the
