@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
       // different i % 5 (so a piece added into the wrong chunk shows).
       for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((r + 1) + 2048 * static_cast<int>(i % 5));
       vitddp::sim::SimGridTransport transport(r, a.ranks, elements_per_chunk, 1.0, a.bandwidth,
-                                              slow.count(r) ? a.slow_extra_seconds : 0.0, a.late_reduce);
+                                              vitddp::straggler::ReduceDelay(slow.count(r) ? a.slow_extra_seconds : 0.0,
+                                                                             a.late_reduce));
       stats[static_cast<size_t>(r)] = vitddp::straggler::ring_allreduce(transport, data.data(), count, options);
       for (size_t i = 0; i < count; ++i) {
         const double n = a.ranks;

@@ -49,9 +49,9 @@ bool is_payload(Channel c) { return c == Channel::kPayload || c == Channel::kLat
 }  // namespace
 
 SimGridTransport::SimGridTransport(int rank, int size, double payload_scale, double flop_per_element,
-                                   double link_bytes_per_second, double late_seconds, int late_reduce)
+                                   double link_bytes_per_second, straggler::ReduceDelay delay)
     : rank_(rank), size_(size), payload_scale_(payload_scale), flop_per_element_(flop_per_element),
-      link_bytes_per_second_(link_bytes_per_second), late_seconds_(late_seconds), late_reduce_(late_reduce), inbox_(inbox_of(rank)),
+      link_bytes_per_second_(link_bytes_per_second), delay_(delay), inbox_(inbox_of(rank)),
       mutex_(sg4::Mutex::create()), arrived_(sg4::ConditionVariable::create()) {
   VITDDP_CHECK(link_bytes_per_second > 0, "simgrid transport: the link rate must be > 0, got ", link_bytes_per_second);
   receiver_ = sg4::Actor::create("inbox-" + std::to_string(rank), sg4::this_actor::get_host(),
@@ -183,8 +183,8 @@ int SimGridTransport::wait_any(const std::vector<Op*>& ops, double deadline) {
 void SimGridTransport::before_reduce(size_t elements) {
   const double flop = static_cast<double>(elements) * payload_scale_ * flop_per_element_;
   if (flop > 0) sg4::this_actor::execute(flop);
-  if (late_seconds_ > 0 && (late_reduce_ < 0 || late_reduce_ == reduces_)) sg4::this_actor::sleep_for(late_seconds_);
-  ++reduces_;
+  const double delay = delay_.next();
+  if (delay > 0) sg4::this_actor::sleep_for(delay);
 }
 
 }  // namespace vitddp::sim

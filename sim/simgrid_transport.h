@@ -42,10 +42,9 @@ class SimGridTransport final : public straggler::RingTransport {
  public:
   // `flop_per_element`: the compute charged per reduced element on this rank's host.
   // `link_bytes_per_second`: the rate at which the outboxes send, the host link's bandwidth.
-  // `late_seconds`: what this rank adds to its reduces as a straggler (a sleep), at every one
-  // when `late_reduce` < 0, else only at that one (counted from 0).
+  // `delay`: what this rank adds to its reduces as a straggler (a sleep).
   SimGridTransport(int rank, int size, double payload_scale, double flop_per_element, double link_bytes_per_second,
-                   double late_seconds = 0, int late_reduce = -1);
+                   straggler::ReduceDelay delay = straggler::ReduceDelay());
   ~SimGridTransport() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -69,9 +68,8 @@ class SimGridTransport final : public straggler::RingTransport {
                                        void* data, size_t bytes);
 
   const int rank_, size_;
-  const double payload_scale_, flop_per_element_, link_bytes_per_second_, late_seconds_;
-  const int late_reduce_;
-  int reduces_ = 0;
+  const double payload_scale_, flop_per_element_, link_bytes_per_second_;
+  straggler::ReduceDelay delay_;
   simgrid::s4u::Mailbox* inbox_;
   simgrid::s4u::ActorPtr receiver_;
   simgrid::s4u::MutexPtr mutex_;

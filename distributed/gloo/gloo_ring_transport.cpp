@@ -93,9 +93,8 @@ class SendOp final : public straggler::RingTransport::Op {
 }  // namespace
 
 GlooRingTransport::GlooRingTransport(std::shared_ptr<gloo::Context> context, uint32_t tag,
-                                     std::chrono::milliseconds timeout, double reduce_delay_seconds, int late_reduce)
-    : context_(std::move(context)), tag_(tag), timeout_(timeout), reduce_delay_seconds_(reduce_delay_seconds),
-      late_reduce_(late_reduce),
+                                     std::chrono::milliseconds timeout, straggler::ReduceDelay delay)
+    : context_(std::move(context)), tag_(tag), timeout_(timeout), delay_(delay),
       start_(std::chrono::steady_clock::now()), shared_(std::make_shared<Shared>()) {}
 
 double GlooRingTransport::now() {
@@ -175,9 +174,8 @@ int GlooRingTransport::wait_any(const std::vector<Op*>& ops, double deadline) {
 }
 
 void GlooRingTransport::before_reduce(size_t) {
-  if (reduce_delay_seconds_ > 0 && (late_reduce_ < 0 || late_reduce_ == reduces_))
-    std::this_thread::sleep_for(std::chrono::duration<double>(reduce_delay_seconds_));
-  ++reduces_;
+  const double delay = delay_.next();
+  if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
 }
 
 }  // namespace vitddp

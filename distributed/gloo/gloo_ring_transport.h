@@ -20,9 +20,9 @@ namespace vitddp {
 class GlooRingTransport final : public straggler::RingTransport {
  public:
   // `tag`: the collective's, unique among the group's collectives in flight.
-  // `reduce_delay_seconds`: slept before every reduce, or only the `late_reduce`-th when >= 0.
+  // `delay`: slept before the reduces it names (a straggler on purpose).
   GlooRingTransport(std::shared_ptr<gloo::Context> context, uint32_t tag, std::chrono::milliseconds timeout,
-                    double reduce_delay_seconds, int late_reduce = -1);
+                    straggler::ReduceDelay delay = straggler::ReduceDelay());
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
   double now() override;
@@ -41,9 +41,7 @@ class GlooRingTransport final : public straggler::RingTransport {
   std::shared_ptr<gloo::Context> context_;
   const uint32_t tag_;
   const std::chrono::milliseconds timeout_;
-  const double reduce_delay_seconds_;
-  const int late_reduce_;
-  int reduces_ = 0;
+  straggler::ReduceDelay delay_;
   const std::chrono::steady_clock::time_point start_;
   std::shared_ptr<Shared> shared_;
 };

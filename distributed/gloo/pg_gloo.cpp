@@ -238,8 +238,8 @@ class ProcessGroupGloo::GlooWork final : public Work {
 
 ProcessGroupGloo::ProcessGroupGloo(const ProcessGroupOptions& options)
     : ProcessGroup(options.rank, options.world_size), timeout_(options.timeout), cpu_allreduce_(options.cpu_allreduce),
-      bypass_wait_seconds_(options.bypass_wait.count()), ring_reduce_delay_seconds_(options.ring_reduce_delay.count()),
-      ring_late_reduce_(options.ring_late_reduce) {
+      bypass_wait_seconds_(options.bypass_wait.count()),
+      ring_delay_(options.ring_reduce_delay.count(), options.ring_late_reduce) {
   VITDDP_CHECK(options.world_size >= 1, "ProcessGroupGloo: world size must be at least 1, got ",
                options.world_size);
   VITDDP_CHECK(options.rank >= 0 && options.rank < options.world_size, "ProcessGroupGloo: rank ", options.rank,
@@ -402,10 +402,9 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const Tensor& tensor, ReduceOp
     straggler::BypassOptions ring;
     ring.bypass = cpu_allreduce_ == ProcessGroupOptions::CpuAllreduce::kBypassRing;
     ring.wait_seconds = bypass_wait_seconds_;
-    const double delay = ring_reduce_delay_seconds_;
-    const int late_reduce = ring_late_reduce_;
-    return enqueue(what, [tensor, op, world, context, timeout, ring, delay, late_reduce](uint32_t tag) {
-      GlooRingTransport transport(context, tag, timeout, delay, late_reduce);
+    const straggler::ReduceDelay delay = ring_delay_;  // counts this all-reduce's reduces afresh
+    return enqueue(what, [tensor, op, world, context, timeout, ring, delay](uint32_t tag) {
+      GlooRingTransport transport(context, tag, timeout, delay);
       float* data = static_cast<float*>(tensor.data_ptr());
       const size_t n = static_cast<size_t>(tensor.numel());
       straggler::ring_allreduce(transport, data, n, ring);

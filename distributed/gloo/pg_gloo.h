@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "distributed/process_group.h"
+#include "distributed/straggler/ring_transport.h"
 
 namespace gloo {
 class Context;
@@ -65,8 +66,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;  // null when the world has one rank
   std::chrono::milliseconds timeout_;
   ProcessGroupOptions::CpuAllreduce cpu_allreduce_;
-  double bypass_wait_seconds_, ring_reduce_delay_seconds_;
-  int ring_late_reduce_;
+  double bypass_wait_seconds_;
+  straggler::ReduceDelay ring_delay_;  // a straggler on purpose (ProcessGroupOptions::ring_reduce_delay)
   std::unique_ptr<WaitBoard> board_;        // null when the world has one rank
 
   std::mutex mutex_;

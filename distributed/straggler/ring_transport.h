@@ -47,4 +47,21 @@ class RingTransport {
   virtual void before_reduce(size_t elements) { (void)elements; }
 };
 
+// A straggler made on purpose, for a transport's before_reduce: the delay before each reduce of
+// one all-reduce, `seconds` at every one, or only at the `only`-th (from 0) when `only` >= 0.
+class ReduceDelay {
+ public:
+  explicit ReduceDelay(double seconds = 0, int only = -1) : seconds_(seconds), only_(only) {}
+  // The delay before the next reduce.
+  double next() {
+    const int k = reduces_++;
+    return only_ < 0 || only_ == k ? seconds_ : 0.0;
+  }
+
+ private:
+  double seconds_;
+  int only_;
+  int reduces_ = 0;
+};
+
 }  // namespace vitddp::straggler

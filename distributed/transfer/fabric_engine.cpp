@@ -99,6 +99,24 @@ struct FabricEngine::State {
   std::thread worker;
 
   void* desc_of(fid_mr* mr) { return mr ? fi_mr_desc(mr) : nullptr; }
+  // A pool's slot: a message's kind byte, then up to kMaxMessage bytes.
+  static char* slot(std::vector<char>& pool, size_t i) { return pool.data() + i * (kMaxMessage + 1); }
+
+  // Queues a message of `kind` to `peer` once a send slot is free. Called with mu held (in `lock`).
+  void queue_message(std::unique_lock<std::mutex>& lock, int peer, uint8_t kind, const void* data, size_t bytes) {
+    cv.wait(lock, [&] { return !free_send.empty() || !failure.empty(); });
+    throw_if_failed();
+    const size_t i = free_send.back();
+    free_send.pop_back();
+    char* m = slot(send_pool, i);
+    m[0] = static_cast<char>(kind);
+    if (bytes > 0) std::memcpy(m + 1, data, bytes);
+    Op* op = new_op(Op::kSend);
+    op->peer = peer;
+    op->buffer = i;
+    op->bytes = bytes + 1;
+    queue.push_back(op);
+  }
 
   // Stops the worker, then closes the endpoint first (its posted operations are cancelled) and
   // the rest in the order they were opened, backwards.
@@ -132,10 +150,10 @@ struct FabricEngine::State {
         return fi_write(ep, op->local, op->bytes, op->desc, peers[static_cast<size_t>(op->peer)], op->remote_addr,
                         op->key, &op->scratch);
       case Op::kSend:
-        return fi_send(ep, send_pool.data() + op->buffer * (kMaxMessage + 1), op->bytes, desc_of(send_mr),
+        return fi_send(ep, slot(send_pool, op->buffer), op->bytes, desc_of(send_mr),
                        peers[static_cast<size_t>(op->peer)], &op->scratch);
       case Op::kRecv:
-        return fi_recv(ep, recv_pool.data() + op->buffer * (kMaxMessage + 1), kMaxMessage + 1, desc_of(recv_mr),
+        return fi_recv(ep, slot(recv_pool, op->buffer), kMaxMessage + 1, desc_of(recv_mr),
                        FI_ADDR_UNSPEC, &op->scratch);
     }
     return -FI_EINVAL;
@@ -171,7 +189,7 @@ struct FabricEngine::State {
       case Op::kSend:
         --in_flight;
         if (!error.empty()) failure = "a message to peer " + std::to_string(op->peer) + " failed: " + error;
-        if (send_pool[op->buffer * (kMaxMessage + 1)] == static_cast<char>(kWarmUp) && warm_ups_pending > 0)
+        if (*slot(send_pool, op->buffer) == static_cast<char>(kWarmUp) && warm_ups_pending > 0)
           --warm_ups_pending;
         free_send.push_back(op->buffer);
         ops.erase(op->self);
@@ -182,7 +200,7 @@ struct FabricEngine::State {
           return;
         }
         if (len >= 1) {
-          const char* m = recv_pool.data() + op->buffer * (kMaxMessage + 1);
+          const char* m = slot(recv_pool, op->buffer);
           if (static_cast<uint8_t>(m[0]) == kUserMessage) inbox.emplace_back(m + 1, m + len);
         }
         post_recv(op);
@@ -342,19 +360,9 @@ int FabricEngine::add_peer(const std::vector<uint8_t>& address, std::chrono::mil
     ++s.warm_ups_pending;
   }
   // Warm the connection: the first message makes the provider connect; wait for its completion.
-  const uint8_t hello = kWarmUp;
   {
     std::unique_lock<std::mutex> lock(s.mu);
-    s.cv.wait(lock, [&] { return !s.free_send.empty() || !s.failure.empty(); });
-    s.throw_if_failed();
-    const size_t slot = s.free_send.back();
-    s.free_send.pop_back();
-    s.send_pool[slot * (kMaxMessage + 1)] = static_cast<char>(hello);
-    State::Op* op = s.new_op(State::Op::kSend);
-    op->peer = peer;
-    op->buffer = slot;
-    op->bytes = 1;
-    s.queue.push_back(op);
+    s.queue_message(lock, peer, kWarmUp, nullptr, 0);
     const bool warmed = s.cv.wait_for(lock, timeout, [&] { return s.warm_ups_pending == 0 || !s.failure.empty(); });
     s.throw_if_failed();
     VITDDP_CHECK(warmed, "transfer engine: peer ", peer, " did not answer within ", timeout.count(),
@@ -448,18 +456,7 @@ void FabricEngine::send(int peer, const void* data, size_t bytes) {
   VITDDP_CHECK(bytes <= kMaxMessage, "transfer engine: a message holds at most ", kMaxMessage, " bytes, got ", bytes);
   std::unique_lock<std::mutex> lock(s.mu);
   VITDDP_CHECK(peer >= 0 && static_cast<size_t>(peer) < s.peers.size(), "transfer engine: no peer ", peer);
-  s.cv.wait(lock, [&] { return !s.free_send.empty() || !s.failure.empty(); });
-  s.throw_if_failed();
-  const size_t slot = s.free_send.back();
-  s.free_send.pop_back();
-  char* m = s.send_pool.data() + slot * (kMaxMessage + 1);
-  m[0] = static_cast<char>(kUserMessage);
-  if (bytes > 0) std::memcpy(m + 1, data, bytes);
-  State::Op* op = s.new_op(State::Op::kSend);
-  op->peer = peer;
-  op->buffer = slot;
-  op->bytes = bytes + 1;
-  s.queue.push_back(op);
+  s.queue_message(lock, peer, kUserMessage, data, bytes);
 }
 
 std::vector<uint8_t> FabricEngine::recv(std::chrono::milliseconds timeout) {

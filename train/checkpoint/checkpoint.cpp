@@ -138,7 +138,7 @@ bool is_temp_of_rank(const std::string& name, int rank) {
 // the step completed everywhere, for retention and LATEST. A damaged record does not count, so
 // retention keeps an older step in its place. Whole-ness proper also checks the tensors' CRC
 // (find_latest_checkpoint), which would read every tensors file at every save.
-bool all_records_present(const std::string& step_dir, int world_size) {
+bool all_records_sound(const std::string& step_dir, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     const std::string record = join_path(step_dir, rank_file(r, ".json"));
     if (!exists(record)) return false;
@@ -161,12 +161,14 @@ void remove_rank_files(const std::string& step_dir, int rank) {
   ::rmdir(step_dir.c_str());  // fails while other ranks' files remain: they remove their own
 }
 
-// See Note [Checkpoint retention].
-void apply_retention(const std::string& dir, int64_t step, int rank, int world_size, int keep) {
+// See Note [Checkpoint retention]. Returns the newest step <= `step` whole on every rank (-1: none),
+// the one LATEST names.
+int64_t apply_retention(const std::string& dir, int64_t step, int rank, int world_size, int keep) {
   int whole = 0;
-  int64_t oldest_kept = -1;
+  int64_t newest_kept = -1, oldest_kept = -1;
   for (const auto& [s, path] : step_folders(dir)) {
-    if (s > step || whole >= keep || !all_records_present(path, world_size)) continue;
+    if (s > step || whole >= keep || !all_records_sound(path, world_size)) continue;
+    if (whole == 0) newest_kept = s;
     ++whole;
     oldest_kept = s;
   }
@@ -179,14 +181,7 @@ void apply_retention(const std::string& dir, int64_t step, int rank, int world_s
     }
   }
   fsync_directory(dir);
-}
-
-void update_latest(const std::string& dir, int64_t step, int world_size) {
-  for (const auto& [s, path] : step_folders(dir)) {
-    if (s > step || !all_records_present(path, world_size)) continue;
-    write_file_atomically(join_path(dir, "LATEST"), checkpoint_step_name(s) + "\n");
-    return;
-  }
+  return newest_kept;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,11 +263,12 @@ void check_tensors_match(const std::string& path, const char* what, const NamedT
 
 // Note [Checkpoint retention]
 // A rank deletes only its own files (so ranks never race on a file). After its save of step S it
-// keeps the `keep` newest steps <= S whose records are present for every rank, and any step
-// newer than the oldest of those; it deletes older steps, and steps > S (a run resumed from an
-// earlier step abandons those), and its temp files left by killed saves. A step another rank
-// has not finished yet is therefore never the reason an older one goes: with keep = 1 the
-// previous step stays until every rank has finished the new one.
+// keeps the `keep` newest steps <= S whose records are present and sound (they parse and pass
+// their CRC) for every rank, and any step newer than the oldest of those; it deletes older steps,
+// and steps > S (a run resumed from an earlier step abandons those), and its temp files left by
+// killed saves. A step another rank has not finished yet, or one whose record was damaged, is
+// therefore never the reason an older one goes: with keep = 1 the previous step stays until every
+// rank has finished the new one.
 
 std::string checkpoint_step_name(int64_t step) {
   char buf[32];
@@ -309,8 +305,9 @@ std::string save_checkpoint(const std::string& dir, const CheckpointState& state
                                  pause_requested(state.step));
   write_file_atomically(record_path, record_text(state, tensors_file, w.bytes, w.crc));
 
-  apply_retention(dir, state.step, state.rank, state.world_size, options.keep);
-  if (state.rank == 0) update_latest(dir, state.step, state.world_size);
+  const int64_t newest = apply_retention(dir, state.step, state.rank, state.world_size, options.keep);
+  if (state.rank == 0 && newest >= 0)
+    write_file_atomically(join_path(dir, "LATEST"), checkpoint_step_name(newest) + "\n");
   return step_dir;
 }
 
