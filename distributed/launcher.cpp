@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <ostream>
+#include <utility>
 #include <thread>
 
+#include "distributed/file_store.h"
 #include "framework/core/error.h"
 
 namespace vitddp {
@@ -77,15 +80,67 @@ RankEnvironment read_rank_environment() {
   return env;
 }
 
+// Note [Stopping every node]
+// A launcher sees only its own ranks. When one of them fails first, it writes
+// "launcher.failed.<node>" into the ranks' store: the code, then the line that names the rank.
+// Every launcher looks for the other nodes' keys while it waits; the first it finds stops its
+// ranks (SIGTERM, then SIGKILL after the failure grace) and becomes its exit code and message,
+// unless one of its own ranks failed first. A node's ranks that only followed (a dead peer,
+// exit 3, or the launcher's own signal) are never the cause.
+namespace {
+
+constexpr int kPeerFailure = 3;  // train/exit_codes.h: a rank that lost a peer
+
+std::string failed_key(int node) { return "launcher.failed." + std::to_string(node); }
+
+// The first failure another node reported: (code, its line), or nullopt.
+std::optional<std::pair<int, std::string>> remote_failure(const FileStore& store, int nnodes, int self) {
+  for (int node = 0; node < nnodes; ++node) {
+    if (node == self || !store.has(failed_key(node))) continue;
+    const std::string v = store.get(failed_key(node), std::chrono::milliseconds(1000));
+    const size_t nl = v.find('\n');
+    int code = 1;
+    if (nl == std::string::npos || !parse_int(v.substr(0, nl).c_str(), &code) || code == 0) code = 1;
+    return std::make_pair(code, nl == std::string::npos ? v : v.substr(nl + 1));
+  }
+  return std::nullopt;
+}
+
+// "rank 3 (node 1)" on several nodes, "rank 3" on one.
+std::string rank_name(int rank, const LaunchOptions& o) {
+  return "rank " + std::to_string(rank) + (o.nnodes > 1 ? " (node " + std::to_string(o.node_rank) + ")" : "");
+}
+
+}  // namespace
+
 int launch_workers(const LaunchOptions& options, std::ostream& log) {
   VITDDP_CHECK(options.processes >= 1, "launcher: at least one process");
+  VITDDP_CHECK(options.nnodes >= 1 && options.node_rank >= 0 && options.node_rank < options.nnodes,
+               "launcher: node ", options.node_rank, " of ", options.nnodes);
+  VITDDP_CHECK(options.nnodes == 1 || !options.rendezvous.empty(), "launcher: ", options.nnodes,
+               " nodes need a --rendezvous folder they all reach");
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   VITDDP_CHECK(n > 0, "launcher: cannot find this program (/proc/self/exe)");
   self[n] = '\0';
-  char pattern[] = "/tmp/vitddp-rendezvous-XXXXXX";
-  VITDDP_CHECK(mkdtemp(pattern) != nullptr, "launcher: cannot create a rendezvous folder: ", std::strerror(errno));
-  const std::string rendezvous = pattern;
+  // One node without a folder given: a fresh temporary one, removed at the end. A given folder
+  // is shared with the other nodes' launchers and stays.
+  std::string rendezvous = options.rendezvous;
+  const bool temporary = rendezvous.empty();
+  if (temporary) {
+    char pattern[] = "/tmp/vitddp-rendezvous-XXXXXX";
+    VITDDP_CHECK(mkdtemp(pattern) != nullptr, "launcher: cannot create a rendezvous folder: ", std::strerror(errno));
+    rendezvous = pattern;
+  }
+  const std::string store_folder = temporary ? rendezvous : rendezvous + "/store";
+  FileStore store(store_folder);
+  // A folder that served an earlier run would hand its ranks that run's keys.
+  const std::string node_key = "launcher.node." + std::to_string(options.node_rank);
+  VITDDP_CHECK(!store.has(node_key), "launcher: the rendezvous folder ", rendezvous, " already served node ",
+               options.node_rank, " of a run; give every run a fresh folder");
+  store.set(node_key, std::to_string(getpid()));
+  const int world = options.nnodes * options.processes;
+  const int first_rank = options.node_rank * options.processes;
 
   struct sigaction action {};
   action.sa_handler = remember_signal;
@@ -94,23 +149,25 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   sigaction(SIGTERM, &action, nullptr);
 
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < options.processes; ++rank) {
+  for (int local = 0; local < options.processes; ++local) {
+    const int rank = first_rank + local;
     pid_t pid = fork();
     if (pid < 0) {  // the ranks already started would wait for the missing one until the timeout
       const int err = errno;
       for (pid_t started : pids) ::kill(started, SIGKILL);
       for (pid_t started : pids) ::waitpid(started, nullptr, 0);
       std::error_code ignored;
-      std::filesystem::remove_all(rendezvous, ignored);
-      throw Error(detail::concat("launcher: cannot start rank ", rank, " of ", options.processes, " (fork: ",
+      if (temporary) std::filesystem::remove_all(rendezvous, ignored);
+      throw Error(detail::concat("launcher: cannot start rank ", rank, " of ", world, " (fork: ",
                                  std::strerror(err), "); the ", pids.size(), " started were stopped"));
     }
     if (pid == 0) {
       setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
-      setenv("VITDDP_RENDEZVOUS", rendezvous.c_str(), 1);
+      setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);  // torchrun's name for the node
+      setenv("VITDDP_RENDEZVOUS", store_folder.c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);  // multicast off unless the user says otherwise
       std::vector<char*> args;
       args.push_back(self);
@@ -128,11 +185,12 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   // Each rank's exit: the root cause is the first failure that is not a consequence of another
   // (a rank reporting a dead peer, or one the launcher stopped).
   struct Exit {
-    int rank;
+    int local;
     int code;
-    std::string how;
+    std::string line;  // "rank R exited with status S"
   };
   std::vector<Exit> failures;
+  std::optional<std::pair<int, std::string>> remote;  // another node's failure, when it came first
   std::vector<int> signal_sent(pids.size(), 0);  // the last signal the launcher sent each rank
   auto stop_all = [&](int sig) {
     for (size_t i = 0; i < pids.size(); ++i)
@@ -143,6 +201,12 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   };
   auto deadline = std::chrono::steady_clock::time_point::max();
   bool stopping = false;
+  auto stop_for_failure = [&] {
+    stop_all(SIGTERM);
+    stopping = true;
+    deadline = std::min(deadline, std::chrono::steady_clock::now() + options.failure_grace);
+  };
+  auto next_remote_check = std::chrono::steady_clock::now();
   while (alive > 0) {
     int sig = g_forward_signal.exchange(0);
     if (sig) {
@@ -150,30 +214,42 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
       if (!stopping) deadline = std::chrono::steady_clock::now() + options.signal_grace;
       stopping = true;
     }
+    if (options.nnodes > 1 && first_failure == 0 && !remote && std::chrono::steady_clock::now() >= next_remote_check) {
+      next_remote_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      remote = remote_failure(store, options.nnodes, options.node_rank);
+      if (remote) {
+        log << "launcher: node " + std::to_string(options.node_rank) + ": " + remote->second +
+                   "; stopping this node's ranks\n";
+        log.flush();
+        stop_for_failure();
+      }
+    }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
       --alive;
-      int rank = 0;
+      int local = 0;
       for (size_t i = 0; i < pids.size(); ++i)
         if (pids[i] == pid) {
-          rank = static_cast<int>(i);
+          local = static_cast<int>(i);
           pids[i] = -1;
         }
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0)
-        failures.push_back({rank, code, WIFEXITED(status) ? "exited with status " + std::to_string(code)
-                                                          : std::string("was killed by signal ") +
-                                                                std::to_string(WTERMSIG(status)) + " (" +
-                                                                strsignal(WTERMSIG(status)) + ")"});
-      if (code != 0 && first_failure == 0) {
+        failures.push_back({local, code,
+                            rank_name(first_rank + local, options) + " " +
+                                (WIFEXITED(status) ? "exited with status " + std::to_string(code)
+                                                   : std::string("was killed by signal ") +
+                                                         std::to_string(WTERMSIG(status)) + " (" +
+                                                         strsignal(WTERMSIG(status)) + ")")});
+      if (code != 0 && first_failure == 0 && !remote) {
         first_failure = code;
         // One write: the ranks print to the same terminal at the same moment.
-        log << "launcher: rank " + std::to_string(rank) + " " + failures.back().how + "; stopping the other ranks\n";
+        log << "launcher: " + failures.back().line + "; stopping the other ranks\n";
         log.flush();
-        stop_all(SIGTERM);
-        stopping = true;
-        deadline = std::min(deadline, std::chrono::steady_clock::now() + options.failure_grace);
+        if (options.nnodes > 1 && code != kPeerFailure)
+          store.set(failed_key(options.node_rank), std::to_string(code) + "\n" + failures.back().line);
+        stop_for_failure();
       }
       continue;
     }
@@ -184,30 +260,57 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::error_code ignored;
-  std::filesystem::remove_all(rendezvous, ignored);
+  if (temporary) std::filesystem::remove_all(rendezvous, ignored);
   // Ranks fail together when one dies; name the one that started it.
-  const int kPeerFailure = 3;
   for (const Exit& e : failures) {
     // A rank that died of the very signal the launcher sent it was stopped, not failing.
-    if (e.code == kPeerFailure || (signal_sent[e.rank] != 0 && e.code == 128 + signal_sent[e.rank])) continue;
-    if (&e != &failures.front())
-      log << "launcher: rank " + std::to_string(e.rank) + " " + e.how + " (the first failure; the others followed)\n";
+    if (e.code == kPeerFailure || (signal_sent[e.local] != 0 && e.code == 128 + signal_sent[e.local])) continue;
+    if (remote) break;  // the other node's failure came first; this one followed
+    if (&e != &failures.front()) log << "launcher: " + e.line + " (the first failure; the others followed)\n";
+    if (options.nnodes > 1 && first_failure == kPeerFailure)
+      store.set(failed_key(options.node_rank), std::to_string(e.code) + "\n" + e.line);
     return e.code;
+  }
+  if (remote) return remote->first;
+  // Only followers here (a lost peer): another node may have said what failed meanwhile.
+  if (options.nnodes > 1 && first_failure != 0) {
+    const auto give_up = std::chrono::steady_clock::now() + options.failure_grace;
+    do {
+      if (auto late = remote_failure(store, options.nnodes, options.node_rank)) {
+        log << "launcher: node " + std::to_string(options.node_rank) + ": the first failure: " + late->second + "\n";
+        return late->first;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (std::chrono::steady_clock::now() < give_up);
   }
   return first_failure;
 }
 
-std::optional<int> launch_if_needed(int processes, const std::string& flag, int argc, char** argv,
-                                    const RankEnvironment& env, std::ostream& log) {
-  if (!env.distributed && processes > 1) {
+void check_placement(const Placement& p) {
+  VITDDP_CHECK(p.nnodes >= 1 && p.nnodes <= 1024, "--nnodes must be in [1, 1024], got ", p.nnodes);
+  VITDDP_CHECK(p.nnodes > 1 || (p.node_rank == 0 && p.rendezvous.empty()),
+               "--node-rank and --rendezvous are for several nodes (--nnodes > 1)");
+  VITDDP_CHECK(p.node_rank >= 0 && p.node_rank < p.nnodes, "--node-rank ", p.node_rank, " is not below --nnodes ",
+               p.nnodes);
+  VITDDP_CHECK(p.nnodes == 1 || !p.rendezvous.empty(), "--nnodes ", p.nnodes,
+               " needs --rendezvous DIR: a folder every node reaches (fresh for each run)");
+}
+
+std::optional<int> launch_if_needed(const Placement& placement, int argc, char** argv, const RankEnvironment& env,
+                                    std::ostream& log) {
+  check_placement(placement);  // a rank sees the same flags: its place is in its variables
+  if (!env.distributed && (placement.processes > 1 || placement.nnodes > 1)) {
     LaunchOptions launch;
-    launch.processes = processes;
+    launch.processes = std::max(1, placement.processes);
+    launch.nnodes = placement.nnodes;
+    launch.node_rank = placement.node_rank;
+    launch.rendezvous = placement.rendezvous;
     launch.argv.assign(argv, argv + argc);
     return launch_workers(launch, log);
   }
-  if (env.distributed && processes > 0)
-    VITDDP_CHECK(env.local_rank < processes, flag, " ", processes, " per machine, but this rank's local rank is ",
-                 env.local_rank, " (", env.source, " variables)");
+  if (env.distributed && placement.processes > 0)
+    VITDDP_CHECK(env.local_rank < placement.processes, placement.flag, " ", placement.processes,
+                 " per machine, but this rank's local rank is ", env.local_rank, " (", env.source, " variables)");
   return std::nullopt;
 }
 

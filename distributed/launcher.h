@@ -5,6 +5,12 @@
 // LOCAL_WORLD_SIZE and VITDDP_RENDEZVOUS (a fresh folder for the file store) set, forwards SIGINT/SIGTERM to them,
 // and when one fails stops the others and exits non-zero naming the first failure. Under an
 // existing launcher (torchrun-style variables, mpirun or srun) the program is a worker at once.
+//
+// Several hosts, as torchrun: one launcher per host with `--nnodes M --node-rank K --rendezvous
+// DIR`, DIR a folder every host reaches (a shared file system; a fresh one per run). Node K's
+// ranks are K*N .. K*N + N - 1 of M*N; the ranks' file store is DIR/store. A launcher whose rank
+// fails says so in the store, and every other launcher stops its own ranks and exits with that
+// first failure's code, naming it (Note [Stopping every node]).
 #pragma once
 
 #include <chrono>
@@ -34,7 +40,10 @@ RankEnvironment read_rank_environment();
 std::string rank_as_set_in_environment();
 
 struct LaunchOptions {
-  int processes = 1;
+  int processes = 1;  // on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rendezvous;  // the launchers' shared folder; empty (one node only): a fresh temporary one
   std::vector<std::string> argv;  // the worker command line; argv[0] is replaced by this program
   // Between SIGTERM and SIGKILL: after a rank failed (the others are likely stuck in a
   // collective), and after forwarding the user's SIGINT/SIGTERM (ranks finish the step and save).
@@ -46,11 +55,26 @@ struct LaunchOptions {
 // worker's exit code (128 + signal when killed), after printing one line naming it.
 int launch_workers(const LaunchOptions& options, std::ostream& log);
 
+// Where the ranks are: processes on this node (`--gpus`/`--procs`, 0 when neither was given)
+// and the nodes (`--nnodes`, `--node-rank`, `--rendezvous`).
+struct Placement {
+  int processes = 0;
+  std::string flag = "--procs";  // which flag gave `processes`: "--gpus" or "--procs"
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rendezvous;
+};
+
+// Checks the node flags together (one clear line on the first problem): --node-rank below
+// --nnodes, a --rendezvous folder for more than one node and none for one.
+void check_placement(const Placement& placement);
+
 // For a command that runs once per rank (`train`, `train bench allreduce`): without a rank
-// environment and with more than one process asked for (`flag` is "--gpus" or "--procs"), starts
-// the workers with this command line and returns their exit code. Under a launcher it checks
-// that the local rank is below `processes` (per machine). nullopt: this process does the work.
-std::optional<int> launch_if_needed(int processes, const std::string& flag, int argc, char** argv,
-                                    const RankEnvironment& env, std::ostream& log);
+// environment and with more than one process or node asked for, starts this node's workers with
+// this command line and returns their exit code (one process per node when several nodes are
+// asked for without --gpus or --procs). Under a launcher it checks that the local rank is below
+// `processes` (per machine). nullopt: this process does the work.
+std::optional<int> launch_if_needed(const Placement& placement, int argc, char** argv, const RankEnvironment& env,
+                                    std::ostream& log);
 
 }  // namespace vitddp

@@ -51,6 +51,11 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"device", &c.device, G::kWhere, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
       {"gpus", &c.gpus, G::kWhere, "train on N GPUs of this machine, one process each (NCCL)"},
       {"procs", &c.procs, G::kWhere, "train on N CPU processes (Gloo)"},
+      {"nnodes", &c.nnodes, G::kWhere, "hosts in the run: start `train` on each with its --node-rank; --gpus or "
+                                      "--procs are per host"},
+      {"node-rank", &c.node_rank, G::kWhere, "this host's place among --nnodes (0 .. nnodes - 1)"},
+      {"rendezvous", &c.rendezvous, G::kWhere, "with --nnodes: a folder every host reaches (a shared file system), "
+                                              "fresh for each run"},
       // model
       {"model", &c.model, G::kModel, "vit_b_16, vit_b_32, vit_l_16, vit_l_32, vit_h_14, vit_tiny or auto (vit_l_32 on a "
                                      "GPU, vit_tiny on the CPU)"},

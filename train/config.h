@@ -36,6 +36,9 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int gpus = 0;                 // 0: not asked; N: train on N GPUs (one process each)
   int procs = 0;                // 0: not asked; N: data-parallel on N CPU processes (Gloo)
+  int nnodes = 1;               // hosts, one launcher each (--node-rank, --rendezvous)
+  int node_rank = 0;
+  std::string rendezvous;       // the launchers' shared folder when nnodes > 1
   bool ddp = false;             // expert: DDP (process group + reducer) even on one process
   // model
   std::string model = "auto";   // auto: vit_l_32 on a GPU, vit_tiny on the CPU

@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
     // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
     if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
     // The launcher (the same command line once per rank), or a check of this rank's place.
-    if (std::optional<int> code =
-            launch_if_needed(processes, config.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))
-      return *code;
+    const Placement placement{processes, config.gpus > 0 ? "--gpus" : "--procs", config.nnodes, config.node_rank,
+                              config.rendezvous};
+    if (std::optional<int> code = launch_if_needed(placement, argc, argv, env, std::cerr)) return *code;
     // `kill -USR2 <rank's pid>` prints every thread's stack of that rank and lets it run on (a
     // hang's first evidence where no debugger can attach).
     dump_thread_stacks_on_sigusr2();

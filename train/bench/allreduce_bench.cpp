@@ -589,7 +589,7 @@ int run_bench_allreduce(int argc, char** argv) {
   }
   if (!env.distributed && processes > 1 && flags.gpus > 0) check_gpus(flags.gpus, 0);
   if (std::optional<int> code =
-          launch_if_needed(processes, flags.gpus > 0 ? "--gpus" : "--procs", argc, argv, env, std::cerr))
+          launch_if_needed(Placement{processes, flags.gpus > 0 ? "--gpus" : "--procs"}, argc, argv, env, std::cerr))
     return *code;
 
   // Without --gpus or --procs: the GPU of this rank when one is visible, else the CPU.

@@ -1,0 +1,132 @@
+// Several hosts as torchrun launches them: one `train --nnodes 2 --node-rank K --rendezvous DIR`
+// per host. Two network namespaces joined by a veth pair stand for two hosts (their own
+// interfaces and addresses; Gloo's TCP between them), sharing the rendezvous folder as hosts
+// share a file system. Making namespaces needs root (CI runs as root); elsewhere these tests say
+// so and skip.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <future>
+#include <string>
+
+#include "common/multiprocess.h"
+#include "common/run_checks.h"
+#include "common/train_process.h"
+
+namespace vitddp {
+namespace {
+
+using Outcome = testing::TrainOutcome;
+
+// Two namespaces "vitddp-<pid>-0/1" with addresses 10.213.<pid % 250>.1 and .2 on a veth pair.
+class TwoHosts {
+ public:
+  TwoHosts() {
+    const std::string id = std::to_string(::getpid());
+    subnet_ = "10.213." + std::to_string(::getpid() % 250);
+    for (int h = 0; h < 2; ++h) names_[h] = "vitddp-" + id + "-" + std::to_string(h);
+    const std::string veth0 = "vd" + id + "a", veth1 = "vd" + id + "b";  // at most 15 characters
+    const std::string script =
+        "set -e; ip netns add " + names_[0] + "; ip netns add " + names_[1] + "; ip link add " + veth0 +
+        " type veth peer name " + veth1 + "; ip link set " + veth0 + " netns " + names_[0] + "; ip link set " + veth1 +
+        " netns " + names_[1] + "; ip -n " + names_[0] + " addr add " + address(0) + "/24 dev " + veth0 + "; ip -n " +
+        names_[1] + " addr add " + address(1) + "/24 dev " + veth1 + "; for n in " + names_[0] + " " + names_[1] +
+        "; do ip -n $n link set lo up; done; ip -n " + names_[0] + " link set " + veth0 + " up; ip -n " + names_[1] +
+        " link set " + veth1 + " up";
+    made_ = ::geteuid() == 0 && std::system(("(" + script + ") > /dev/null 2>&1").c_str()) == 0;
+    if (!made_) remove();
+  }
+  ~TwoHosts() { remove(); }
+  bool made() const { return made_; }
+  std::string address(int host) const { return subnet_ + "." + std::to_string(host + 1); }
+  // run_train's `env` for a command on `host`: Gloo listens on the host's own address.
+  std::string on(int host, const std::string& env = "") const {
+    return env + " VITDDP_GLOO_HOST=" + address(host) + " ip netns exec " + names_[host];
+  }
+
+ private:
+  void remove() {
+    for (const std::string& n : names_)
+      if (!n.empty()) std::system(("ip netns del " + n + " > /dev/null 2>&1").c_str());
+  }
+  std::string names_[2], subnet_;
+  bool made_ = false;
+};
+
+#define REQUIRE_TWO_HOSTS(hosts)                                                                            \
+  if (!(hosts).made()) GTEST_SKIP() << "cannot make network namespaces here (needs root and iproute2)"
+
+const std::string kRun =
+    "--model vit_tiny --batch-size 4 --steps 4 --set workers=1 --print-every 0 --bucket-mb 0.05 --hook powersgd "
+    "--powersgd-start-iter 1 --set timeout=30 --json";
+
+// Both hosts' launchers at once; host h's outcome in [h].
+std::array<Outcome, 2> run_on_both(const TwoHosts& hosts, const std::string& rendezvous, const std::string& args,
+                                   const std::string& env1 = "") {
+  auto node = [&](int h, const std::string& env) {
+    return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --node-rank " + std::to_string(h) +
+                                                    " --rendezvous " + rendezvous + " " + args);
+  };
+  std::future<Outcome> second = std::async(std::launch::async, node, 1, env1);
+  Outcome first = node(0, "");
+  return {first, second.get()};
+}
+
+// A whole PowerSGD DDP run across the two hosts is the run of four ranks on one: the same
+// losses and weights, bit for bit.
+TEST(Nodes, TwoHostsOfTwoRanksTrainAsFourRanksOnOne) {
+  TwoHosts hosts;
+  REQUIRE_TWO_HOSTS(hosts);
+  testing::TempFolder dir("vitddp_nodes");
+  const auto both = run_on_both(hosts, dir.path() + "/rdzv", kRun + " --save " + dir.path() + "/two.safetensors");
+  ASSERT_EQ(both[0].code, 0) << both[0].out << "\n--- host 1:\n" << both[1].out;
+  ASSERT_EQ(both[1].code, 0) << both[1].out;
+  const nlohmann::json j = both[0].json();
+  EXPECT_EQ(j["world_size"], 4) << both[0].out;
+  EXPECT_EQ(j["config"]["hook"], "powersgd") << both[0].out;
+  EXPECT_NE(both[0].out.find("bucket compression(s) issued"), std::string::npos) << "PowerSGD compressed:\n"
+                                                                                   << both[0].out;
+  EXPECT_TRUE(both[1].json().is_null()) << "only rank 0 (on host 0) reports:\n" << both[1].out;
+  Outcome one = testing::run_train("", "--procs 4 " + kRun + " --save " + dir.path() + "/one.safetensors");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(one.json()["losses"], j["losses"]) << one.out;
+  const std::string a = testing::file_bytes(dir.path() + "/one.safetensors");
+  EXPECT_GT(a.size(), 10000u);
+  EXPECT_TRUE(a == testing::file_bytes(dir.path() + "/two.safetensors"))
+      << "two hosts of two ranks did not save the weights of four ranks on one host";
+  // The folder served this run: a second run in it would read this one's keys.
+  Outcome again = testing::run_train(hosts.on(0), "--procs 2 --nnodes 2 --node-rank 0 --rendezvous " + dir.path() +
+                                                      "/rdzv " + kRun);
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_NE(again.out.find("already served node 0 of a run; give every run a fresh folder"), std::string::npos)
+      << again.out;
+}
+
+// A rank that dies on host 1 stops host 0's ranks too, and both launchers exit with its code,
+// naming it, within the timeout.
+TEST(Nodes, ARankThatDiesOnOneHostStopsBothNamingIt) {
+  TwoHosts hosts;
+  REQUIRE_TWO_HOSTS(hosts);
+  testing::TempFolder dir("vitddp_nodes_fault");
+  const auto both = run_on_both(hosts, dir.path() + "/rdzv", kRun, "VITDDP_FAULT=3:2:exit");
+  EXPECT_EQ(both[1].code, 7) << both[1].out;
+  EXPECT_NE(both[1].out.find("launcher: rank 3 (node 1) exited with status 7"), std::string::npos) << both[1].out;
+  EXPECT_EQ(both[0].code, 7) << both[0].out;
+  // Host 0 names it whether its launcher saw host 1's word first or a rank of its own lost a peer.
+  EXPECT_NE(both[0].out.find("launcher: node 0: "), std::string::npos) << both[0].out;
+  EXPECT_NE(both[0].out.find("rank 3 (node 1) exited with status 7"), std::string::npos) << both[0].out;
+  EXPECT_LT(both[0].seconds, 30 + 15) << both[0].out;
+}
+
+TEST(Nodes, BadNodeFlagsAreOneLine) {
+  testing::expect_refused_in_one_line("--procs 2 --nnodes 2", "--nnodes 2 needs --rendezvous DIR");
+  testing::expect_refused_in_one_line("--procs 2 --nnodes 2 --node-rank 2 --rendezvous /tmp/x",
+                                      "--node-rank 2 is not below --nnodes 2");
+  testing::expect_refused_in_one_line("--procs 2 --node-rank 1", "--node-rank and --rendezvous are for several nodes");
+  testing::expect_refused_in_one_line("--procs 2 --nnodes 0", "--nnodes must be in [1, 1024]");
+}
+
+}  // namespace
+}  // namespace vitddp
