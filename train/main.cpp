@@ -1,6 +1,6 @@
 // `train`: parses the configuration, runs training, and turns every failure into one line on
 // stderr and a distinct exit code (train/exit_codes.h). Subcommands: `train bench --sweep`,
-// `train bench allreduce ...` and `train bench loader ...` (train/bench/), `train topology`
+// `train bench allreduce ...`, `train bench loader ...` and `train bench transfer ...` (train/bench/), `train topology`
 // (train/bench/topology.h).
 #include <algorithm>
 #include <cstdlib>
@@ -14,6 +14,7 @@
 #include "train/bench/allreduce_bench.h"
 #include "train/bench/bench_command.h"
 #include "train/bench/loader_bench.h"
+#include "train/bench/transfer_bench.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/config.h"
 #include "train/exit_codes.h"
@@ -40,6 +41,8 @@ int main(int argc, char** argv) {
       return bench::run_bench_allreduce(argc, argv);
     if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "loader") == 0)
       return bench::run_bench_loader(argc, argv);
+    if (argc > 2 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "transfer") == 0)
+      return bench::run_bench_transfer(argc, argv);
     if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench::run_bench_command(argc, argv);
     if (argc > 1 && std::strcmp(argv[1], "topology") == 0) return run_topology(argc, argv);
     TrainConfig config;

@@ -499,4 +499,12 @@ RunResult run_training(const TrainConfig& config, const RankEnvironment& env, st
   return Trainer(run, out).train();
 }
 
+RunResult run_training(const TrainConfig& config, const RankEnvironment& env, std::ostream& out,
+                       const std::function<void(TrainingRun&)>& after) {
+  TrainingRun run = set_up_run(config, env, out);
+  RunResult result = Trainer(run, out).train();
+  after(run);
+  return result;
+}
+
 }  // namespace vitddp

@@ -4,6 +4,7 @@
 // observers (train/observe/step_observer.h).
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 
 #include "distributed/launcher.h"
@@ -16,5 +17,10 @@ namespace vitddp {
 // data-parallel run (only rank 0 prints); otherwise a single-process run.
 RunResult run_training(const TrainConfig& config, const RankEnvironment& env, std::ostream& out);
 RunResult run_training(const TrainConfig& config, std::ostream& out);
+// The same, handing the finished run (its model, arena, optimizer and hooks as training left
+// them) to `after` before it is torn down: for benches of a run's state.
+struct TrainingRun;
+RunResult run_training(const TrainConfig& config, const RankEnvironment& env, std::ostream& out,
+                       const std::function<void(TrainingRun&)>& after);
 
 }  // namespace vitddp

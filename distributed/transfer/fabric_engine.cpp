@@ -95,6 +95,10 @@ struct FabricEngine::State {
   fid_mr* send_mr = nullptr;
   std::vector<size_t> free_send;
   size_t warm_ups_pending = 0;
+  // Something a caller may wait for happened (a list finished, a message came, a send slot or a
+  // warm-up completed, a failure): the worker wakes the waiters only then, not at every
+  // completion, so a waiting thread does not take the worker's core at every write.
+  bool wake = false;
   std::atomic<bool> stop{false};
   std::thread worker;
 
@@ -182,12 +186,14 @@ struct FabricEngine::State {
         if (it != lists.end()) {
           ++it->second.done;
           if (!error.empty() && it->second.error.empty()) it->second.error = error;
+          if (it->second.done == it->second.total || !error.empty()) wake = true;
         }
         ops.erase(op->self);
         break;
       }
       case Op::kSend:
         --in_flight;
+        wake = true;
         if (!error.empty()) failure = "a message to peer " + std::to_string(op->peer) + " failed: " + error;
         if (*slot(send_pool, op->buffer) == static_cast<char>(kWarmUp) && warm_ups_pending > 0)
           --warm_ups_pending;
@@ -195,6 +201,7 @@ struct FabricEngine::State {
         ops.erase(op->self);
         break;
       case Op::kRecv:
+        wake = true;
         if (!error.empty()) {
           if (!stop) failure = "a receive failed: " + error;
           return;
@@ -247,8 +254,10 @@ struct FabricEngine::State {
           busy = true;
         } else if (n != -FI_EAGAIN && failure.empty()) {
           failure = std::string("libfabric: fi_cq_read failed: ") + fi_strerror(static_cast<int>(-n));
+          wake = true;
         }
-        if (busy) cv.notify_all();
+        if (wake) cv.notify_all();
+        wake = false;
       }
       // The worker also gives software providers their progress: spin while there is work,
       // then back off so an idle engine costs little CPU.
@@ -449,6 +458,59 @@ void FabricEngine::wait(uint64_t ticket, std::chrono::milliseconds timeout) {
   throw Error("transfer engine: " + std::to_string(copy.total - copy.done) + " of " + std::to_string(copy.total) +
               " writes to peer " + std::to_string(copy.peer) + " not complete after " +
               std::to_string(timeout.count()) + " ms");
+}
+
+void FabricEngine::write_contiguous_loop(int src_region, int peer, const RegionDescriptor& dst, uint64_t bytes,
+                                         std::chrono::milliseconds timeout) {
+  State& s = *s_;
+  std::lock_guard<std::mutex> lock(s.mu);  // the worker neither posts nor polls meanwhile
+  s.throw_if_failed();
+  VITDDP_CHECK(src_region >= 0 && static_cast<size_t>(src_region) < s.regions.size(), "transfer engine: no region ",
+               src_region);
+  const State::Region& r = s.regions[static_cast<size_t>(src_region)];
+  VITDDP_CHECK(bytes <= r.bytes && bytes <= dst.bytes, "transfer engine: a loop of ", bytes,
+               " bytes from a region of ", r.bytes, " into one of ", dst.bytes);
+  VITDDP_CHECK(peer >= 0 && static_cast<size_t>(peer) < s.peers.size(), "transfer engine: no peer ", peer);
+  const uint64_t ticket = s.next_list++;
+  State::List& list = s.lists[ticket];
+  list.peer = peer;
+  list.total = static_cast<size_t>((bytes + s.max_piece - 1) / s.max_piece);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  uint64_t posted = 0;
+  while (list.done < list.total && list.error.empty()) {
+    while (posted < bytes && s.in_flight < s.tx_limit) {
+      State::Op* op = s.new_op(State::Op::kWrite);
+      op->list = ticket;
+      op->peer = peer;
+      op->local = r.base + posted;
+      op->bytes = std::min<uint64_t>(s.max_piece, bytes - posted);
+      op->desc = fi_mr_desc(r.mr);
+      op->remote_addr = dst.base + posted;
+      op->key = dst.key;
+      const ssize_t rc = s.post(op);
+      if (rc == -FI_EAGAIN) {
+        s.ops.erase(op->self);
+        break;
+      }
+      ++s.in_flight;
+      if (rc != 0) s.complete(op, 0, fi_strerror(static_cast<int>(-rc)));
+      posted += op->bytes;
+    }
+    fi_cq_msg_entry e[16];
+    const ssize_t n = fi_cq_read(s.cq, e, 16);
+    for (ssize_t i = 0; i < n; ++i) s.complete(static_cast<State::Op*>(e[i].op_context), e[i].len, "");
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(s.cq, &err, 0) == 1 && err.op_context)
+        s.complete(static_cast<State::Op*>(err.op_context), 0, s.error_text(err));
+    }
+    VITDDP_CHECK(std::chrono::steady_clock::now() < deadline, "transfer engine: ", list.total - list.done, " of ",
+                 list.total, " writes to peer ", peer, " not complete after ", timeout.count(), " ms");
+  }
+  const std::string error = list.error;
+  s.lists.erase(ticket);
+  s.cv.notify_all();  // receives that completed here
+  VITDDP_CHECK(error.empty(), "transfer engine: a write to peer ", peer, " failed: ", error);
 }
 
 void FabricEngine::send(int peer, const void* data, size_t bytes) {

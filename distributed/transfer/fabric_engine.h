@@ -75,6 +75,13 @@ class FabricEngine {
   // after `timeout`, is an error naming the peer and how many writes are left.
   void wait(uint64_t ticket, std::chrono::milliseconds timeout);
 
+  // The reference `train bench transfer` measures lists against: `bytes` of region `src_region`
+  // from its start into the peer's region `dst` from its start, as a plain loop of fi_writes of
+  // the engine's largest piece, posted and completed from the calling thread (as many in flight
+  // as the endpoint takes) without the queue or the worker, which waits meanwhile.
+  void write_contiguous_loop(int src_region, int peer, const RegionDescriptor& dst, uint64_t bytes,
+                             std::chrono::milliseconds timeout);
+
   // A message of at most kMaxMessage bytes to a peer, and the next message that came (in order of
   // arrival); recv's timeout is an error.
   static constexpr size_t kMaxMessage = 64 * 1024;

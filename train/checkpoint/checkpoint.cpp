@@ -68,18 +68,6 @@ std::string powersgd_name(size_t index, const char* part) {
   return kPowerSgdPrefix + std::to_string(index) + "." + part;
 }
 
-NamedTensors checkpoint_tensors(const CheckpointState& s) {
-  NamedTensors out;
-  for (const auto& [name, t] : s.weights) out.emplace_back(kWeightsPrefix + name, t);
-  for (const auto& [name, t] : s.optimizer_state) out.emplace_back(kOptimPrefix + name, t);
-  if (s.powersgd)
-    for (const auto& [index, b] : s.powersgd->buckets) {
-      if (b.error.defined()) out.emplace_back(powersgd_name(index, "error"), b.error);
-      if (b.q.defined()) out.emplace_back(powersgd_name(index, "q"), b.q);
-      if (b.sent_p.defined()) out.emplace_back(powersgd_name(index, "sent_p"), b.sent_p);
-    }
-  return out;
-}
 
 // VITDDP_TEST_PAUSE_IN_SAVE: unset or "0": never; "step:N": only in the save of step N (so a
 // test can let earlier saves finish); anything else: in every save.
@@ -499,6 +487,19 @@ PowerSgdState powersgd_state_on(const PowerSgdState& saved, Device device) {
     if (b.q.defined()) o.q = b.q.to(device).clone();
     if (b.sent_p.defined()) o.sent_p = b.sent_p.to(device).clone();
   }
+  return out;
+}
+
+NamedTensors checkpoint_tensors(const CheckpointState& s) {
+  NamedTensors out;
+  for (const auto& [name, t] : s.weights) out.emplace_back(kWeightsPrefix + name, t);
+  for (const auto& [name, t] : s.optimizer_state) out.emplace_back(kOptimPrefix + name, t);
+  if (s.powersgd)
+    for (const auto& [index, b] : s.powersgd->buckets) {
+      if (b.error.defined()) out.emplace_back(powersgd_name(index, "error"), b.error);
+      if (b.q.defined()) out.emplace_back(powersgd_name(index, "q"), b.q);
+      if (b.sent_p.defined()) out.emplace_back(powersgd_name(index, "sent_p"), b.sent_p);
+    }
   return out;
 }
 

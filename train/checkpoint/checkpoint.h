@@ -71,6 +71,10 @@ struct CheckpointOptions {
   int keep = 2;  // whole checkpoints kept; older ones are deleted after a save completes (>= 1)
 };
 
+// Every tensor of `state` by its name in the tensors file ("weights.<param>", "optim.<state>",
+// "powersgd.b<i>.error|q|sent_p"), in the file's order; views of the state, not copies.
+NamedTensors checkpoint_tensors(const CheckpointState& state);
+
 // "step-000120" (six digits or more); and back from a step folder's path (-1 if it is not one).
 std::string checkpoint_step_name(int64_t step);
 int64_t checkpoint_step_of(const std::string& step_dir);

@@ -61,7 +61,7 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   return st.loader_step;
 }
 
-void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out) {
+CheckpointState checkpoint_state_of(TrainingRun& run, int64_t steps_done) {
   if (run.ddp) {  // pending updates applied, every rank's state whole
     run.ddp->flush();
     run.ddp->gather_state();
@@ -85,6 +85,12 @@ void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out) {
     for (const BucketInfo& b : run.ddp->reducer().buckets()) st.buckets.push_back(b.params);
     if (PowerSgdHook* powersgd = run.ddp->powersgd()) st.powersgd = powersgd->state();
   }
+  return st;
+}
+
+void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out) {
+  const TrainConfig& c = run.config;
+  const CheckpointState st = checkpoint_state_of(run, steps_done);
   CheckpointOptions options;
   options.keep = static_cast<int>(c.checkpoint_keep);
   const std::string dir = save_checkpoint(c.checkpoint_dir, st, options);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_setup.h"
 
 namespace vitddp {
@@ -14,6 +15,11 @@ namespace vitddp {
 // oldest of their newest), sets run.start_step and returns the loader's next global batch; 0
 // (with a note) when there is none. Warns when the run's settings differ from the saved run's.
 int64_t resume_run(TrainingRun& run, std::ostream& out);
+
+// The run's state after `steps_done` steps, as save_run writes it: views of the live tensors
+// (on the run's device). Data parallelism's pending updates are applied and sharded state
+// gathered first.
+CheckpointState checkpoint_state_of(TrainingRun& run, int64_t steps_done);
 
 // Saves the run after `steps_done` steps into --checkpoint-dir; every rank writes its files.
 // Data parallelism's pending updates are applied and sharded state gathered first.

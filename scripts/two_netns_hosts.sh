@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs a `train` command as two hosts: two network namespaces joined by a veth pair (10.213.250.1
+# and .2), one launcher in each with --nnodes 2 --node-rank K --rendezvous (a fresh shared
+# folder) added, and VITDDP_GLOO_HOST set to the namespace's address (Gloo and the transfer
+# engine listen there). Needs root. Prints host 0's output, then host 1's; exits with the first
+# non-zero code.
+#
+#   sudo bash scripts/two_netns_hosts.sh build/bin/train bench transfer --model vit_l_32 \
+#        --optimizer adamw --hook powersgd --batch-size 1 --provider tcp --json
+#   sudo bash scripts/two_netns_hosts.sh build/bin/train --procs 2 --hook powersgd --steps 20
+set -uo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 TRAIN [ARGS...]" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "$0: network namespaces need root" >&2; exit 2; }
+train=$1
+shift
+id=$$
+ns=("vitddp-h$id-0" "vitddp-h$id-1")
+addr=("10.213.250.1" "10.213.250.2")
+rdzv=$(mktemp -d /tmp/vitddp-two-hosts-XXXXXX)
+cleanup() {
+  ip netns del "${ns[0]}" 2> /dev/null
+  ip netns del "${ns[1]}" 2> /dev/null
+  rm -rf "$rdzv"
+}
+trap cleanup EXIT
+set -e
+ip netns add "${ns[0]}"
+ip netns add "${ns[1]}"
+ip link add "vh${id}a" type veth peer name "vh${id}b"
+ip link set "vh${id}a" netns "${ns[0]}"
+ip link set "vh${id}b" netns "${ns[1]}"
+for h in 0 1; do
+  dev=$([ $h = 0 ] && echo "vh${id}a" || echo "vh${id}b")
+  ip -n "${ns[$h]}" addr add "${addr[$h]}/24" dev "$dev"
+  ip -n "${ns[$h]}" link set lo up
+  ip -n "${ns[$h]}" link set "$dev" up
+done
+set +e
+for h in 0 1; do
+  VITDDP_GLOO_HOST=${addr[$h]} ip netns exec "${ns[$h]}" "$train" "$@" --nnodes 2 --node-rank $h \
+    --rendezvous "$rdzv/rdzv" > "$rdzv/host$h.log" 2>&1 &
+  pids[$h]=$!
+done
+code=0
+for h in 0 1; do
+  wait "${pids[$h]}"
+  c=$?
+  [ $code = 0 ] && code=$c
+done
+cat "$rdzv/host0.log"
+echo "--- host 1:"
+cat "$rdzv/host1.log"
+exit $code
