@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -82,26 +83,43 @@ RankEnvironment read_rank_environment() {
 
 // Note [Stopping every node]
 // A launcher sees only its own ranks. When one of them fails first, it writes
-// "launcher.failed.<node>" into the ranks' store: the code, then the line that names the rank.
-// Every launcher looks for the other nodes' keys while it waits; the first it finds stops its
-// ranks (SIGTERM, then SIGKILL after the failure grace) and becomes its exit code and message,
-// unless one of its own ranks failed first. A node's ranks that only followed (a dead peer,
-// exit 3, or the launcher's own signal) are never the cause.
+// "launcher.failed.<attempt>.<node>" into the launchers' store: the code, then the line that
+// names the rank. Every launcher looks for the other nodes' keys while it waits; the first it
+// finds stops its ranks (SIGTERM, then SIGKILL after the failure grace) and becomes its exit code
+// and message, unless one of its own ranks failed first. A node's ranks that only followed (a
+// dead peer, exit 3, or the launcher's own signal) are never the cause.
+//
+// Note [Elastic restarts]
+// With --max-restarts K, a failed attempt (not a signal the user sent) is followed by the next,
+// up to K times: every launcher stops its ranks, as above, and starts them again with
+// VITDDP_RESTART=<attempt>, the failure's wall-clock time (VITDDP_FAILURE_TIME, for the
+// recovery time the ranks report) and --resume, in a fresh store folder (attempt-<a>), so the
+// new ranks meet only each other. They restore the newest state every rank has (train/
+// checkpoint/run_state.h), from memory or disk. The launchers need not agree on anything but the
+// attempt number, which each derives from the failures it has seen. When the budget is spent
+// the run ends with the first failure's code and line.
 namespace {
 
 constexpr int kPeerFailure = 3;  // train/exit_codes.h: a rank that lost a peer
 
-std::string failed_key(int node) { return "launcher.failed." + std::to_string(node); }
+std::string failed_key(int attempt, int node) {
+  return "launcher.failed." + std::to_string(attempt) + "." + std::to_string(node);
+}
 
-// The first failure another node reported: (code, its line), or nullopt.
-std::optional<std::pair<int, std::string>> remote_failure(const FileStore& store, int nnodes, int self) {
+struct Failure {
+  int code = 0;
+  std::string line;  // "rank R (node K) exited with status S"
+};
+
+// The first failure another node reported in `attempt`, or nullopt.
+std::optional<Failure> remote_failure(const FileStore& store, int attempt, int nnodes, int self) {
   for (int node = 0; node < nnodes; ++node) {
-    if (node == self || !store.has(failed_key(node))) continue;
-    const std::string v = store.get(failed_key(node), std::chrono::milliseconds(1000));
+    if (node == self || !store.has(failed_key(attempt, node))) continue;
+    const std::string v = store.get(failed_key(attempt, node), std::chrono::milliseconds(1000));
     const size_t nl = v.find('\n');
     int code = 1;
     if (nl == std::string::npos || !parse_int(v.substr(0, nl).c_str(), &code) || code == 0) code = 1;
-    return std::make_pair(code, nl == std::string::npos ? v : v.substr(nl + 1));
+    return Failure{code, nl == std::string::npos ? v : v.substr(nl + 1)};
   }
   return std::nullopt;
 }
@@ -111,43 +129,30 @@ std::string rank_name(int rank, const LaunchOptions& o) {
   return "rank " + std::to_string(rank) + (o.nnodes > 1 ? " (node " + std::to_string(o.node_rank) + ")" : "");
 }
 
-}  // namespace
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
-int launch_workers(const LaunchOptions& options, std::ostream& log) {
-  VITDDP_CHECK(options.processes >= 1, "launcher: at least one process");
-  VITDDP_CHECK(options.nnodes >= 1 && options.node_rank >= 0 && options.node_rank < options.nnodes,
-               "launcher: node ", options.node_rank, " of ", options.nnodes);
-  VITDDP_CHECK(options.nnodes == 1 || !options.rendezvous.empty(), "launcher: ", options.nnodes,
-               " nodes need a --rendezvous folder they all reach");
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  VITDDP_CHECK(n > 0, "launcher: cannot find this program (/proc/self/exe)");
-  self[n] = '\0';
-  // One node without a folder given: a fresh temporary one, removed at the end. A given folder
-  // is shared with the other nodes' launchers and stays.
-  std::string rendezvous = options.rendezvous;
-  const bool temporary = rendezvous.empty();
-  if (temporary) {
-    char pattern[] = "/tmp/vitddp-rendezvous-XXXXXX";
-    VITDDP_CHECK(mkdtemp(pattern) != nullptr, "launcher: cannot create a rendezvous folder: ", std::strerror(errno));
-    rendezvous = pattern;
-  }
-  const std::string store_folder = temporary ? rendezvous : rendezvous + "/store";
-  FileStore store(store_folder);
-  // A folder that served an earlier run would hand its ranks that run's keys.
-  const std::string node_key = "launcher.node." + std::to_string(options.node_rank);
-  VITDDP_CHECK(!store.has(node_key), "launcher: the rendezvous folder ", rendezvous, " already served node ",
-               options.node_rank, " of a run; give every run a fresh folder");
-  store.set(node_key, std::to_string(getpid()));
+// One attempt's ranks on this node.
+struct Attempt {
+  int number = 0;
+  std::string store_folder;    // the ranks' VITDDP_RENDEZVOUS
+  double failure_time = 0;     // the failure that led to this attempt (wall clock); 0 for the first
+  std::vector<std::string> argv;
+  std::string memory_folder;   // LaunchOptions::memory_checkpoints; empty: none
+};
+
+struct AttemptEnd {
+  int code = 0;                // 0: every rank exited 0
+  Failure cause;               // the failure that ended it (this node's or another's)
+  bool signalled = false;      // the user's SIGINT/SIGTERM was forwarded
+  double failure_time = 0;     // when this launcher learnt of the failure
+};
+
+AttemptEnd run_attempt(const LaunchOptions& options, const char* self, FileStore& store, const Attempt& attempt,
+                       std::ostream& log) {
   const int world = options.nnodes * options.processes;
   const int first_rank = options.node_rank * options.processes;
-
-  struct sigaction action {};
-  action.sa_handler = remember_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
   std::vector<pid_t> pids;
   for (int local = 0; local < options.processes; ++local) {
     const int rank = first_rank + local;
@@ -156,8 +161,6 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
       const int err = errno;
       for (pid_t started : pids) ::kill(started, SIGKILL);
       for (pid_t started : pids) ::waitpid(started, nullptr, 0);
-      std::error_code ignored;
-      if (temporary) std::filesystem::remove_all(rendezvous, ignored);
       throw Error(detail::concat("launcher: cannot start rank ", rank, " of ", world, " (fork: ",
                                  std::strerror(err), "); the ", pids.size(), " started were stopped"));
     }
@@ -167,11 +170,15 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
       setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
       setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 1);  // torchrun's name for the node
-      setenv("VITDDP_RENDEZVOUS", store_folder.c_str(), 1);
+      setenv("VITDDP_RENDEZVOUS", attempt.store_folder.c_str(), 1);
+      setenv("VITDDP_RESTART", std::to_string(attempt.number).c_str(), 1);
+      if (attempt.failure_time > 0)
+        setenv("VITDDP_FAILURE_TIME", std::to_string(attempt.failure_time).c_str(), 1);
+      if (!attempt.memory_folder.empty()) setenv("VITDDP_MEMORY_CHECKPOINTS", attempt.memory_folder.c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);  // multicast off unless the user says otherwise
       std::vector<char*> args;
-      args.push_back(self);
-      for (size_t i = 1; i < options.argv.size(); ++i) args.push_back(const_cast<char*>(options.argv[i].c_str()));
+      args.push_back(const_cast<char*>(self));
+      for (size_t i = 1; i < attempt.argv.size(); ++i) args.push_back(const_cast<char*>(attempt.argv[i].c_str()));
       args.push_back(nullptr);
       execv(self, args.data());
       std::fprintf(stderr, "launcher: cannot start %s: %s\n", self, std::strerror(errno));
@@ -180,6 +187,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     pids.push_back(pid);
   }
 
+  AttemptEnd end;
   int first_failure = 0;
   int alive = options.processes;
   // Each rank's exit: the root cause is the first failure that is not a consequence of another
@@ -187,10 +195,10 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   struct Exit {
     int local;
     int code;
-    std::string line;  // "rank R exited with status S"
+    std::string line;
   };
   std::vector<Exit> failures;
-  std::optional<std::pair<int, std::string>> remote;  // another node's failure, when it came first
+  std::optional<Failure> remote;  // another node's failure, when it came first
   std::vector<int> signal_sent(pids.size(), 0);  // the last signal the launcher sent each rank
   auto stop_all = [&](int sig) {
     for (size_t i = 0; i < pids.size(); ++i)
@@ -202,6 +210,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
   auto deadline = std::chrono::steady_clock::time_point::max();
   bool stopping = false;
   auto stop_for_failure = [&] {
+    end.failure_time = wall_seconds();
     stop_all(SIGTERM);
     stopping = true;
     deadline = std::min(deadline, std::chrono::steady_clock::now() + options.failure_grace);
@@ -213,12 +222,13 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
       stop_all(sig);  // forwarded: workers stop at a step boundary, save, and exit
       if (!stopping) deadline = std::chrono::steady_clock::now() + options.signal_grace;
       stopping = true;
+      end.signalled = true;
     }
     if (options.nnodes > 1 && first_failure == 0 && !remote && std::chrono::steady_clock::now() >= next_remote_check) {
       next_remote_check = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-      remote = remote_failure(store, options.nnodes, options.node_rank);
+      remote = remote_failure(store, attempt.number, options.nnodes, options.node_rank);
       if (remote) {
-        log << "launcher: node " + std::to_string(options.node_rank) + ": " + remote->second +
+        log << "launcher: node " + std::to_string(options.node_rank) + ": " + remote->line +
                    "; stopping this node's ranks\n";
         log.flush();
         stop_for_failure();
@@ -227,13 +237,14 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
-      --alive;
-      int local = 0;
+      int local = -1;
       for (size_t i = 0; i < pids.size(); ++i)
         if (pids[i] == pid) {
           local = static_cast<int>(i);
           pids[i] = -1;
         }
+      if (local < 0) continue;  // not a rank of this attempt
+      --alive;
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0)
         failures.push_back({local, code,
@@ -248,7 +259,7 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
         log << "launcher: " + failures.back().line + "; stopping the other ranks\n";
         log.flush();
         if (options.nnodes > 1 && code != kPeerFailure)
-          store.set(failed_key(options.node_rank), std::to_string(code) + "\n" + failures.back().line);
+          store.set(failed_key(attempt.number, options.node_rank), std::to_string(code) + "\n" + failures.back().line);
         stop_for_failure();
       }
       continue;
@@ -259,8 +270,6 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::error_code ignored;
-  if (temporary) std::filesystem::remove_all(rendezvous, ignored);
   // Ranks fail together when one dies; name the one that started it.
   for (const Exit& e : failures) {
     // A rank that died of the very signal the launcher sent it was stopped, not failing.
@@ -268,22 +277,120 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     if (remote) break;  // the other node's failure came first; this one followed
     if (&e != &failures.front()) log << "launcher: " + e.line + " (the first failure; the others followed)\n";
     if (options.nnodes > 1 && first_failure == kPeerFailure)
-      store.set(failed_key(options.node_rank), std::to_string(e.code) + "\n" + e.line);
-    return e.code;
+      store.set(failed_key(attempt.number, options.node_rank), std::to_string(e.code) + "\n" + e.line);
+    end.code = e.code;
+    end.cause = {e.code, e.line};
+    return end;
   }
-  if (remote) return remote->first;
-  // Only followers here (a lost peer): another node may have said what failed meanwhile.
-  if (options.nnodes > 1 && first_failure != 0) {
-    const auto give_up = std::chrono::steady_clock::now() + options.failure_grace;
-    do {
-      if (auto late = remote_failure(store, options.nnodes, options.node_rank)) {
-        log << "launcher: node " + std::to_string(options.node_rank) + ": the first failure: " + late->second + "\n";
-        return late->first;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    } while (std::chrono::steady_clock::now() < give_up);
+  if (remote) {
+    end.code = remote->code;
+    end.cause = *remote;
+    return end;
   }
-  return first_failure;
+  if (first_failure != 0) {
+    end.code = first_failure;
+    end.cause = {first_failure, failures.empty() ? "" : failures.front().line};
+    // Only followers here (a lost peer): another node may have said what failed meanwhile.
+    if (options.nnodes > 1) {
+      const auto give_up = std::chrono::steady_clock::now() + options.failure_grace;
+      do {
+        if (auto late = remote_failure(store, attempt.number, options.nnodes, options.node_rank)) {
+          log << "launcher: node " + std::to_string(options.node_rank) + ": the first failure: " + late->line + "\n";
+          end.code = late->code;
+          end.cause = *late;
+          return end;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } while (std::chrono::steady_clock::now() < give_up);
+    }
+  }
+  return end;
+}
+
+}  // namespace
+
+int launch_workers(const LaunchOptions& options, std::ostream& log) {
+  VITDDP_CHECK(options.processes >= 1, "launcher: at least one process");
+  VITDDP_CHECK(options.nnodes >= 1 && options.node_rank >= 0 && options.node_rank < options.nnodes,
+               "launcher: node ", options.node_rank, " of ", options.nnodes);
+  VITDDP_CHECK(options.nnodes == 1 || !options.rendezvous.empty(), "launcher: ", options.nnodes,
+               " nodes need a --rendezvous folder they all reach");
+  VITDDP_CHECK(options.max_restarts >= 0, "launcher: max_restarts must be >= 0");
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  VITDDP_CHECK(n > 0, "launcher: cannot find this program (/proc/self/exe)");
+  self[n] = '\0';
+  // One node without a folder given: a fresh temporary one, removed at the end. A given folder
+  // is shared with the other nodes' launchers and stays.
+  std::string rendezvous = options.rendezvous;
+  const bool temporary = rendezvous.empty();
+  if (temporary) {
+    char pattern[] = "/tmp/vitddp-rendezvous-XXXXXX";
+    VITDDP_CHECK(mkdtemp(pattern) != nullptr, "launcher: cannot create a rendezvous folder: ", std::strerror(errno));
+    rendezvous = pattern;
+  }
+  const std::string store_folder = temporary ? rendezvous : rendezvous + "/store";
+  struct RemoveTemporary {
+    bool remove;
+    std::string path;
+    ~RemoveTemporary() {
+      std::error_code ignored;
+      if (remove) std::filesystem::remove_all(path, ignored);
+    }
+  } cleanup{temporary, rendezvous};
+  FileStore store(store_folder);
+  // A folder that served an earlier run would hand its ranks that run's keys.
+  const std::string node_key = "launcher.node." + std::to_string(options.node_rank);
+  VITDDP_CHECK(!store.has(node_key), "launcher: the rendezvous folder ", rendezvous, " already served node ",
+               options.node_rank, " of a run; give every run a fresh folder");
+  store.set(node_key, std::to_string(getpid()));
+
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  Attempt attempt;
+  attempt.argv = options.argv;
+  if (options.memory_checkpoints) {
+    const std::string base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
+    attempt.memory_folder = base + "/vitddp-memory-" + std::to_string(getpid()) + "-node" +
+                            std::to_string(options.node_rank);
+    std::error_code ec;
+    std::filesystem::remove_all(attempt.memory_folder, ec);
+    std::filesystem::create_directories(attempt.memory_folder, ec);
+    VITDDP_CHECK(!ec, "launcher: cannot create the memory checkpoint folder ", attempt.memory_folder, ": ",
+                 ec.message());
+    std::string ranks;
+    for (int local = 0; local < options.processes; ++local)
+      ranks += std::to_string(options.node_rank * options.processes + local) + "\n";
+    FILE* f = std::fopen((attempt.memory_folder + "/RANKS").c_str(), "w");
+    VITDDP_CHECK(f && std::fputs(ranks.c_str(), f) >= 0 && std::fclose(f) == 0, "launcher: cannot write ",
+                 attempt.memory_folder, "/RANKS");
+  }
+  const RemoveTemporary memory_cleanup{!attempt.memory_folder.empty(), attempt.memory_folder};
+  Failure first;
+  for (;;) {
+    attempt.store_folder = store_folder + "/attempt-" + std::to_string(attempt.number);
+    const AttemptEnd end = run_attempt(options, self, store, attempt, log);
+    if (end.code == 0) return 0;
+    if (first.code == 0) first = end.cause;
+    // Bad input (exit 2) fails the same way again: no restart mends it.
+    if (end.signalled || end.code == 2 || attempt.number >= options.max_restarts) {
+      if (attempt.number > 0 && !end.signalled)
+        log << "launcher: the restart budget (--max-restarts " + std::to_string(options.max_restarts) +
+                   ") is spent; the first failure: " + first.line + "\n";
+      return first.code != 0 ? first.code : end.code;
+    }
+    ++attempt.number;
+    attempt.failure_time = end.failure_time > 0 ? end.failure_time : wall_seconds();
+    log << "launcher: restarting the ranks (restart " + std::to_string(attempt.number) + " of " +
+               std::to_string(options.max_restarts) + ")\n";
+    log.flush();
+    if (std::find(attempt.argv.begin(), attempt.argv.end(), "--resume") == attempt.argv.end())
+      attempt.argv.push_back("--resume");
+  }
 }
 
 void check_placement(const Placement& p) {
@@ -299,8 +406,10 @@ void check_placement(const Placement& p) {
 std::optional<int> launch_if_needed(const Placement& placement, int argc, char** argv, const RankEnvironment& env,
                                     std::ostream& log) {
   check_placement(placement);  // a rank sees the same flags: its place is in its variables
-  if (!env.distributed && (placement.processes > 1 || placement.nnodes > 1)) {
+  if (!env.distributed && (placement.processes > 1 || placement.nnodes > 1 || placement.max_restarts > 0)) {
     LaunchOptions launch;
+    launch.max_restarts = placement.max_restarts;
+    launch.memory_checkpoints = placement.memory_checkpoints;
     launch.processes = std::max(1, placement.processes);
     launch.nnodes = placement.nnodes;
     launch.node_rank = placement.node_rank;

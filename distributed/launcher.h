@@ -44,6 +44,11 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string rendezvous;  // the launchers' shared folder; empty (one node only): a fresh temporary one
+  int max_restarts = 0;    // Note [Elastic restarts] in launcher.cpp
+  // A folder in memory (/dev/shm) for the ranks' memory checkpoints, made by the launcher, named
+  // to its ranks in VITDDP_MEMORY_CHECKPOINTS, and removed when the run ends: it outlives every
+  // rank, so a restarted one finds its state there. Its RANKS file lists the ranks it holds.
+  bool memory_checkpoints = false;
   std::vector<std::string> argv;  // the worker command line; argv[0] is replaced by this program
   // Between SIGTERM and SIGKILL: after a rank failed (the others are likely stuck in a
   // collective), and after forwarding the user's SIGINT/SIGTERM (ranks finish the step and save).
@@ -63,6 +68,8 @@ struct Placement {
   int nnodes = 1;
   int node_rank = 0;
   std::string rendezvous;
+  int max_restarts = 0;             // restarts need this node's launcher, even for one process
+  bool memory_checkpoints = false;  // the launcher keeps a memory checkpoint folder for its ranks
 };
 
 // Checks the node flags together (one clear line on the first problem): --node-rank below

@@ -113,6 +113,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"checkpoint-every", &c.checkpoint_every, G::kState,
        "save a checkpoint every N steps (0: only when stopped by a signal)"},
       {"resume", &c.resume, G::kState, "continue from the newest whole checkpoint in --checkpoint-dir"},
+      {"max-restarts", &c.max_restarts, G::kState,
+       "after a rank fails, restart every rank up to N times, each going on from the newest state all ranks have: "
+       "a memory checkpoint (kept by this node's launcher), else --checkpoint-dir's"},
       {"save", &c.save, G::kState, "write the trained weights to this safetensors file (torchvision's names)"},
       // output
       {"json", &c.json, G::kOutput, "print one machine-readable JSON result line at the end"},
@@ -193,6 +196,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"gemm-cache-dir", &c.gemm_cache_dir, G::kExpert,
        "folder of gemm-autotune's choices, one file per GPU (default $XDG_CACHE_HOME/vitddp or ~/.cache/vitddp)"},
       {"checkpoint-keep", &c.checkpoint_keep, G::kExpert, "whole checkpoints to keep"},
+      {"memory-checkpoint-every", &c.memory_checkpoint_every, G::kExpert,
+       "with --max-restarts: steps between memory checkpoints (0: chosen after the first, so that they cost at most "
+       "2% of the training time; docs/reliability.md)"},
       {"grad-as-bucket-view", &c.grad_as_bucket_view, G::kExpert,
        "gradients are views into the buckets, no copies (false copies, as PyTorch's default)"},
       {"static-graph", &c.static_graph, G::kExpert,
@@ -565,9 +571,11 @@ void TrainConfig::validate() const {
   VITDDP_CHECK(print_every >= 0, "--print-every must be >= 0, got ", print_every);
   profile_range();  // validates the format
   VITDDP_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got ", checkpoint_every);
+  VITDDP_CHECK(max_restarts >= 0 && max_restarts <= 1000, "--max-restarts must be in [0, 1000], got ", max_restarts);
+  VITDDP_CHECK(memory_checkpoint_every >= 0, "memory-checkpoint-every must be >= 0, got ", memory_checkpoint_every);
   VITDDP_CHECK(checkpoint_keep >= 1 && checkpoint_keep <= 1000000, "checkpoint-keep must be in [1, 1000000], got ",
                checkpoint_keep);
-  VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty(),
+  VITDDP_CHECK(!(checkpoint_every > 0 || resume) || !checkpoint_dir.empty() || (resume && max_restarts > 0),
                "--checkpoint-every and --resume need --checkpoint-dir");
 }
 

@@ -109,6 +109,8 @@ struct TrainConfig {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // optimizer steps between saves (0: only on a signal stop)
   int64_t checkpoint_keep = 2;   // expert
+  int max_restarts = 0;          // restarts of the ranks after a failure (torchrun's --max-restarts)
+  int64_t memory_checkpoint_every = 0;  // expert: steps between memory checkpoints; 0: chosen (with restarts)
   bool resume = false;           // continue from the newest whole checkpoint in checkpoint_dir
   std::string save;              // write trained weights here (safetensors)
   // output

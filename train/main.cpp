@@ -57,8 +57,14 @@ int main(int argc, char** argv) {
     // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
     if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
     // The launcher (the same command line once per rank), or a check of this rank's place.
-    const Placement placement{processes, config.gpus > 0 ? "--gpus" : "--procs", config.nnodes, config.node_rank,
-                              config.rendezvous};
+    Placement placement;
+    placement.processes = processes;
+    placement.flag = config.gpus > 0 ? "--gpus" : "--procs";
+    placement.nnodes = config.nnodes;
+    placement.node_rank = config.node_rank;
+    placement.rendezvous = config.rendezvous;
+    placement.max_restarts = config.max_restarts;
+    placement.memory_checkpoints = config.max_restarts > 0;
     if (std::optional<int> code = launch_if_needed(placement, argc, argv, env, std::cerr)) return *code;
     // `kill -USR2 <rank's pid>` prints every thread's stack of that rank and lets it run on (a
     // hang's first evidence where no debugger can attach).

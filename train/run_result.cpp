@@ -14,6 +14,8 @@ nlohmann::json RunResult::to_json() const {
   j["params"] = parameters;
   j["steps"] = steps;
   j["first_step"] = first_step;
+  j["recovery"] = recovery;
+  j["memory_checkpoints"] = memory_checkpoints;
   j["timed_steps"] = timed_steps;
   j["untimed_steps"] = untimed_steps;
   j["stopped_early"] = stopped_early;

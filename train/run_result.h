@@ -29,6 +29,8 @@ struct RunResult {
   bool stopped_early = false;         // a signal stopped the run at a step boundary
   int64_t steps = 0;                  // steps this process trained
   int64_t first_step = 1;             // the first of them (1-based; above 1 after a resume)
+  nlohmann::json recovery;            // a resumed run's restore (TrainingRun::recovery); null otherwise
+  nlohmann::json memory_checkpoints;  // MemoryCheckpoints::to_json(); null without
   int64_t timed_steps = 0;            // the last of them, which the rates below time
   int64_t untimed_steps = 0;          // the first of them, left out of the timing
   double seconds = 0;                 // wall time of the timed steps

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "distributed/ddp.h"
@@ -46,6 +48,7 @@ struct TrainingRun {
   bool scan_in_update = true;
   std::unique_ptr<DistributedDataParallel> ddp;  // null without data parallelism
   int64_t start_step = 0;               // the first step to train (a resumed run's checkpoint step)
+  nlohmann::json recovery;              // a resumed run's: restart, restored_from, step, restore_seconds, ...
   std::unique_ptr<Dataset> dataset;     // null for --data gpu
   std::shared_ptr<const SampleOrder> order;  // this rank's order of the dataset
   std::vector<std::string> classes;     // an image folder's class names (labels for --eval-data)

@@ -15,6 +15,7 @@
 #include "framework/ops/cast.h"
 #include "framework/ops/cross_entropy.h"
 #include "framework/ops/elementwise.h"
+#include "train/checkpoint/memory_checkpoints.h"
 #include "train/checkpoint/run_state.h"
 #include "train/evaluate.h"
 #include "train/graphed_step.h"
@@ -101,6 +102,8 @@ class Trainer {
   double eval_seconds_ = 0;               // evaluations between timed steps
   double all_eval_seconds_ = 0;           // every evaluation so far
   std::chrono::steady_clock::time_point train_start_;  // the first step's start
+  std::chrono::steady_clock::time_point step_ended_;   // the last step's end (its checkpoints done)
+  MemoryCheckpoints memory_checkpoints_;               // --max-restarts: this node's launcher keeps them
   StepObservers observers_;
   StepTracer* tracer_ = nullptr;  // --trace: one of the observers, until finish_trace()
   Tensor stop_flag_;              // summed over ranks each step (DDP only)
@@ -125,6 +128,7 @@ Trainer::Trainer(TrainingRun& run, std::ostream& out)
       timed_first_(std::min(run.start_step + run.config.untimed_steps, run.config.steps - 1)),
       lag_(run.ddp ? run.ddp->report_lag() : 0),
       allocator_(allocator_for(run.device)),
+      memory_checkpoints_(run, out),
       ended_through_(run.start_step - 1),
       reported_through_(run.start_step - 1) {
   VITDDP_CHECK(run_.start_step < total_, "nothing to do: the checkpoint is at step ", run_.start_step,
@@ -160,6 +164,7 @@ RunResult Trainer::train() {
   const StopSignalScope stop_signals;
   int64_t stopped_after = -1;
   train_start_ = std::chrono::steady_clock::now();
+  step_ended_ = train_start_;
   for (int64_t step = run_.start_step; step < total_; ++step) {
     if (step == timed_first_) {
       allocator_.reset_peak(run_.device.index);
@@ -192,6 +197,14 @@ RunResult Trainer::train() {
       report_through(step);
       if (ddp_) ddp_->group().check_health();  // the step's collectives are done: none failed
       save_run(run_, step + 1, out_);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double step_seconds = std::chrono::duration<double>(now - step_ended_).count();
+    step_ended_ = now;
+    if (memory_checkpoints_.due(step)) {
+      report_through(step);
+      if (ddp_) ddp_->group().check_health();
+      memory_checkpoints_.save_after(step, step_seconds);
     }
     if (stop) {
       stopped_after = step;
@@ -420,6 +433,8 @@ RunResult Trainer::finish(int64_t stopped_after) {
     ddp_->gather_state();
   }
   result_.first_step = run_.start_step + 1;
+  result_.recovery = run_.recovery;
+  result_.memory_checkpoints = memory_checkpoints_.to_json();
   if (run_.clip) result_.grad_norm = run_.clip->norm().to(Device::cpu()).item();
   if (stopped_after >= 0) {
     out_ << "stopped by signal " << stop_signal() << " after step " << stopped_after + 1

@@ -588,9 +588,10 @@ int run_bench_allreduce(int argc, char** argv) {
     VITDDP_CHECK(probe.good(), "--out: cannot write '", flags.out, "': ", std::strerror(errno));
   }
   if (!env.distributed && processes > 1 && flags.gpus > 0) check_gpus(flags.gpus, 0);
-  if (std::optional<int> code =
-          launch_if_needed(Placement{processes, flags.gpus > 0 ? "--gpus" : "--procs"}, argc, argv, env, std::cerr))
-    return *code;
+  Placement placement;
+  placement.processes = processes;
+  placement.flag = flags.gpus > 0 ? "--gpus" : "--procs";
+  if (std::optional<int> code = launch_if_needed(placement, argc, argv, env, std::cerr)) return *code;
 
   // Without --gpus or --procs: the GPU of this rank when one is visible, else the CPU.
   const bool on_gpu = flags.gpus > 0 || (flags.procs == 0 && visible_gpu_count() > 0 && has_nccl_backend());

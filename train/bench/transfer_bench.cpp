@@ -334,10 +334,13 @@ int run_bench_transfer(int argc, char** argv) {
                                                                 : (config.nnodes > 1 ? 1 : 2);
   VITDDP_CHECK(per_node * config.nnodes == 2, "train bench transfer runs on two ranks (one sends, one holds the "
                "replica); got ", per_node, " per node on ", config.nnodes, " node(s)");
-  if (std::optional<int> code = launch_if_needed(Placement{per_node, config.gpus > 0 ? "--gpus" : "--procs",
-                                                           config.nnodes, config.node_rank, config.rendezvous},
-                                                 argc, argv, env, std::cerr))
-    return *code;
+  Placement placement;
+  placement.processes = per_node;
+  placement.flag = config.gpus > 0 ? "--gpus" : "--procs";
+  placement.nnodes = config.nnodes;
+  placement.node_rank = config.node_rank;
+  placement.rendezvous = config.rendezvous;
+  if (std::optional<int> code = launch_if_needed(placement, argc, argv, env, std::cerr)) return *code;
   VITDDP_CHECK(env.world_size == 2, "train bench transfer runs on two ranks, not ", env.world_size);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout * 1000));
   FileStore store(env.rendezvous);

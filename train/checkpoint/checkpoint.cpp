@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <filesystem>
 #include <cerrno>
 #include <chrono>
@@ -122,12 +123,30 @@ bool is_temp_of_rank(const std::string& name, int rank) {
   return name.rfind("rank-" + std::to_string(rank) + ".", 0) == 0 && name.find(".tmp.") != std::string::npos;
 }
 
+// Note [A folder of some ranks]
+// A folder of checkpoints normally holds every rank's files. A node's memory checkpoints hold
+// only its own ranks' (distributed/launcher.h): its RANKS file lists them, one per line, and a
+// step there is whole, kept and loadable when those ranks' records are present. Without RANKS:
+// every rank of the world.
+std::vector<int> ranks_kept_in(const std::string& dir, int world_size) {
+  std::vector<int> ranks;
+  const std::string list = join_path(dir, "RANKS");
+  if (exists(list)) {
+    std::ifstream in(list);
+    for (int r; in >> r;)
+      if (r >= 0 && r < world_size) ranks.push_back(r);
+    return ranks;
+  }
+  for (int r = 0; r < world_size; ++r) ranks.push_back(r);
+  return ranks;
+}
+
 // Whether every rank's record of `step_dir` is present and sound (parses, passes its own CRC):
 // the step completed everywhere, for retention and LATEST. A damaged record does not count, so
 // retention keeps an older step in its place. Whole-ness proper also checks the tensors' CRC
 // (find_latest_checkpoint), which would read every tensors file at every save.
 bool all_records_sound(const std::string& step_dir, int world_size) {
-  for (int r = 0; r < world_size; ++r) {
+  for (int r : ranks_kept_in(parent_of(step_dir), world_size)) {
     const std::string record = join_path(step_dir, rank_file(r, ".json"));
     if (!exists(record)) return false;
     try {
@@ -186,7 +205,7 @@ std::string whole_problem(const std::string& step_dir, int rank) {
       return rank_file(rank, ".json") + " is missing (the save did not complete)";
     }
     CheckpointRecord rec = parse_record(record_path);
-    for (int r = 0; r < rec.world_size; ++r)
+    for (int r : ranks_kept_in(parent_of(step_dir), rec.world_size))
       if (!exists(join_path(step_dir, rank_file(r, ".json"))))
         return rank_file(r, ".json") + " is missing (rank " + std::to_string(r) + "'s save did not complete)";
     const std::string tensors_path = join_path(step_dir, rec.tensors_file);
@@ -374,7 +393,7 @@ CheckpointState load_checkpoint(const std::string& step_dir, int rank, const Che
   if (rec.world_size != expect.world_size)
     fail(record_path, "checkpoint was saved by " + std::to_string(rec.world_size) + " ranks, this run has " +
                           std::to_string(expect.world_size) + " (resume with the same world size)");
-  for (int r = 0; r < rec.world_size; ++r) {
+  for (int r : ranks_kept_in(parent_of(step_dir), rec.world_size)) {
     const std::string other = join_path(step_dir, rank_file(r, ".json"));
     if (!exists(other))
       fail(other, "missing: rank " + std::to_string(r) +

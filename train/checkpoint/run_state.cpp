@@ -1,6 +1,8 @@
 #include "train/checkpoint/run_state.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -10,19 +12,55 @@
 
 namespace vitddp {
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The newest step of `dir` whole for `rank`, 0 when none; a folder with step folders but none
+// whole is warned of (in memory: the disk may still have one) or an error (on disk, as before).
+int64_t newest_whole_step(const std::string& dir, int rank, bool warn_only) {
+  if (dir.empty()) return 0;
+  try {
+    const std::optional<std::string> found = find_latest_checkpoint(dir, rank, std::cerr);
+    return found ? checkpoint_step_of(*found) : 0;
+  } catch (const Error& e) {
+    if (!warn_only) throw;
+    std::cerr << ("warning: " + std::string(e.what()) + "\n") << std::flush;
+    return 0;
+  }
+}
+
+}  // namespace
+
+std::string memory_checkpoint_folder() {
+  const char* v = std::getenv("VITDDP_MEMORY_CHECKPOINTS");
+  return v ? v : "";
+}
+
 int64_t resume_run(TrainingRun& run, std::ostream& out) {
+  const auto began = std::chrono::steady_clock::now();
   const TrainConfig& c = run.config;
   const int rank = run.env.rank;
-  std::optional<std::string> found = find_latest_checkpoint(c.checkpoint_dir, rank, std::cerr);
-  int64_t step = found ? checkpoint_step_of(*found) : 0;
+  // Note [Where a restart restores from]
+  // This rank's newest whole step in its node's memory checkpoints, else on disk; the ranks
+  // then agree on the oldest of those (all-gather). Memory checkpoints are double-buffered and
+  // every rank saves at the same steps, so that step is in every rank's memory unless a rank
+  // lost its node's (then its disk's, or the run cannot go on and says which).
+  const std::string memory = memory_checkpoint_folder();
+  const int64_t in_memory = newest_whole_step(memory, rank, /*warn_only=*/true);
+  int64_t step = in_memory > 0 ? in_memory : newest_whole_step(c.checkpoint_dir, rank, /*warn_only=*/false);
   if (run.ddp) {  // the ranks agree on the oldest newest step
     const Device on = run.device.is_cuda() ? run.device : Device::cpu();
     Tensor all = Tensor::empty({run.world, 1}, DType::kF64, on);
     run.ddp->group().allgather(Tensor::from_vector({static_cast<double>(step)}, {1}, DType::kF64).to(on), all)->wait();
     for (double s : all.to_vector()) step = std::min<int64_t>(step, static_cast<int64_t>(s));
   }
+  run.recovery = {{"restart", restart_number()}, {"restored_from", "none"}, {"step", 0}};
   if (step <= 0) {
-    out << "no checkpoint to resume from in " << c.checkpoint_dir << "; starting at step 1\n";
+    out << "no checkpoint to resume from" << (c.checkpoint_dir.empty() ? "" : " in " + c.checkpoint_dir)
+        << (memory.empty() ? "" : " or in memory") << "; starting at step 1\n";
     return 0;
   }
   PowerSgdHook* const powersgd = run.ddp ? run.ddp->powersgd() : nullptr;
@@ -30,8 +68,26 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   CheckpointExpectations expect{run.model_config.name, run.model_config.parameter_count(), run.world,
                                 run.arena->master_views(), run.optimizer->name(), run.optimizer->state(),
                                 powersgd != nullptr};
-  const std::string dir = c.checkpoint_dir + "/" + checkpoint_step_name(step);
-  CheckpointState st = load_checkpoint(dir, rank, expect);
+  std::string dir, source;
+  CheckpointState st;
+  if (!memory.empty()) {
+    try {
+      dir = memory + "/" + checkpoint_step_name(step);
+      st = load_checkpoint(dir, rank, expect);
+      source = "memory";
+    } catch (const Error& e) {
+      VITDDP_CHECK(!c.checkpoint_dir.empty(), "rank ", rank, " cannot restore step ", step,
+                   ": not in this node's memory checkpoints (", e.what(), ") and the run has no --checkpoint-dir");
+      std::cerr << ("warning: rank " + std::to_string(rank) + ": step " + std::to_string(step) +
+                    " from memory: " + e.what() + "; reading it from disk\n")
+                << std::flush;
+    }
+  }
+  if (source.empty()) {
+    dir = c.checkpoint_dir + "/" + checkpoint_step_name(step);
+    st = load_checkpoint(dir, rank, expect);
+    source = "disk";
+  }
   const std::vector<std::string> changes = resume_setting_changes(st.config, c.to_json());
   if (!changes.empty()) {
     std::string list;
@@ -57,7 +113,16 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
     powersgd->state() = powersgd_state_on(*st.powersgd, run.device);
   }
   run.start_step = st.step;
-  out << "resumed from " << dir << " (step " << st.step << ")\n";
+  run.recovery["restored_from"] = source;
+  run.recovery["step"] = st.step;
+  run.recovery["restore_seconds"] = seconds_since(began);
+  if (const char* failed = std::getenv("VITDDP_FAILURE_TIME")) {
+    // From the launcher's word of the failure to this rank's state restored: stopping the
+    // world, starting the ranks, building the run, and the restore.
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    run.recovery["recovery_seconds"] = now - std::atof(failed);
+  }
+  out << "resumed from " << dir << " (step " << st.step << ", " << source << ")\n";
   return st.loader_step;
 }
 
@@ -88,12 +153,21 @@ CheckpointState checkpoint_state_of(TrainingRun& run, int64_t steps_done) {
   return st;
 }
 
-void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out) {
-  const TrainConfig& c = run.config;
+int restart_number() {
+  const char* v = std::getenv("VITDDP_RESTART");
+  return v ? std::atoi(v) : 0;
+}
+
+std::string save_run(TrainingRun& run, int64_t steps_done, const std::string& dir, int keep) {
   const CheckpointState st = checkpoint_state_of(run, steps_done);
   CheckpointOptions options;
-  options.keep = static_cast<int>(c.checkpoint_keep);
-  const std::string dir = save_checkpoint(c.checkpoint_dir, st, options);
+  options.keep = keep;
+  return save_checkpoint(dir, st, options);
+}
+
+void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out) {
+  const std::string dir =
+      save_run(run, steps_done, run.config.checkpoint_dir, static_cast<int>(run.config.checkpoint_keep));
   out << "checkpoint: " << dir << "\n" << std::flush;
 }
 

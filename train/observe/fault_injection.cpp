@@ -16,7 +16,13 @@ std::unique_ptr<FaultInjection> FaultInjection::from_environment(int rank) {
   long long fault_step = -1;
   char kind[16] = {};
   if (std::sscanf(spec, "%d:%lld:%15s", &fault_rank, &fault_step, kind) != 3 || fault_rank != rank) return nullptr;
-  const std::string k = kind;
+  // "R:S:KIND" strikes the first start only; "R:S:KIND:every" every restart too (restart tests).
+  std::string k = kind;
+  const size_t colon = k.find(':');
+  const bool every_start = colon != std::string::npos && k.substr(colon + 1) == "every";
+  if (colon != std::string::npos) k = k.substr(0, colon);
+  const char* restart = std::getenv("VITDDP_RESTART");
+  if (!every_start && restart && std::string(restart) != "0") return nullptr;
   Kind parsed;
   if (k == "exit") parsed = Kind::kExit;
   else if (k == "kill") parsed = Kind::kKill;

@@ -1,7 +1,8 @@
 // VITDDP_FAULT="RANK:STEP:KIND": the test hook that makes one rank fail in a chosen step (0-based),
 // to test how the others stop and what they say (docs/reliability.md). Attached to the loop only
 // when the variable is set. KIND: exit (status 7), kill (SIGKILL), hang (sleeps forever), nan
-// (its loss, so its gradients, NaN).
+// (its loss, so its gradients, NaN). It strikes the first start of the ranks only; KIND:every
+// (e.g. "1:3:exit:every") strikes every restart too (--max-restarts: Note [Elastic restarts]).
 #pragma once
 
 #include <cstdint>

@@ -304,6 +304,33 @@ TEST(Checkpoint, DamagedNewestFallsBackToThePreviousOne) {
                            "step-000001: " + tmp.path() + "/step-000001/rank-0.json: malformed JSON"}));
 }
 
+// Note [A folder of some ranks]: a node's memory checkpoints hold only its ranks' files, which
+// its RANKS file lists; a step is whole there with those ranks' records, and loads.
+TEST(Checkpoint, AFolderOfSomeRanksHoldsWholeSteps) {
+  TempFolder tmp("vitddp_ckpt_ranks");
+  write_bytes(tmp.path() + "/RANKS", "1\n");
+  CheckpointState s = small_state(1);
+  s.world_size = 2;
+  s.rank = 1;
+  save_checkpoint(tmp.path(), s);
+  s.step = 2;
+  save_checkpoint(tmp.path(), s);
+  s.step = 3;
+  save_checkpoint(tmp.path(), s);  // keep 2: step 1 goes, as rank 0's files are not expected here
+  EXPECT_FALSE(fs::exists(tmp.path() + "/step-000001"));
+  std::ostringstream log;
+  EXPECT_EQ(*find_latest_checkpoint(tmp.path(), 1, log), tmp.path() + "/step-000003");
+  EXPECT_EQ(log.str(), "");
+  CheckpointExpectations expect = expectations_for(s);
+  expect.world_size = 2;
+  CheckpointState back = load_checkpoint(tmp.path() + "/step-000003", 1, expect);
+  EXPECT_EQ(back.step, 3);
+  EXPECT_TRUE(same_named(back.weights, s.weights));
+  // Without RANKS the folder needs rank 0's record too.
+  fs::remove(tmp.path() + "/RANKS");
+  EXPECT_TRUE(throws_with([&] { find_latest_checkpoint(tmp.path(), 1, log); }, {"rank-0.json is missing"}));
+}
+
 // A step whose record is damaged does not count towards retention's `keep`: the older whole step
 // stays, so a resume still has one to fall back to.
 TEST(Checkpoint, RetentionDoesNotCountADamagedStep) {
