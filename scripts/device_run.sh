@@ -14,6 +14,11 @@
 #   LOSS_CURVE=1     bf16 and tf32 loss curves against fp32's: scripts/loss_curve_check.sh
 #   OPS="m:b ..."    --op-breakdown of vitddp's bf16 step for each model:batch (ops_M_B.log)
 #   JPEG=1           JPEG files at the GPU's pace: scripts/jpeg_bench.sh
+#   SIM="ARGS"       scripts/ring_sim_ddp.py ARGS in the background on the machine's cores (.deps/sim.tar.xz,
+#                    .deps/vitl32_buckets.json), waited for at the end, at most SIM_WAIT s after the build
+#   TRANSFER=1       train bench transfer of ViT-L/32's GPU state on shm and tcp (transfer_*.json)
+#   MEMORY=1         memory checkpoints of ViT-L/32 on the GPU: their cost per step and a restart from
+#                    memory against one from disk: scripts/memory_checkpoint_cost.sh
 #   SWEEP="f.json"   train bench --sweep FILE for each (REFERENCE=1: PyTorch's rows beside ours);
 #                    DIGITS=1 first puts scikit-learn's digits at data/digits (the accuracy sweeps):
 #                    the copy fetch_device_deps.sh wrote to .deps/digits, else made here
@@ -30,6 +35,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 # cuDNN: the one PyTorch's wheel brings (nvidia-cudnn) when there is one, else the system's.
 cudnn_root=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || true)
 [ -n "$cudnn_root" ] && export LD_LIBRARY_PATH="$cudnn_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libfabric and what it loads, unpacked by fetch_device_deps.sh.
+export LD_LIBRARY_PATH="$PWD/.deps/root/usr/lib/x86_64-linux-gnu:$PWD/.deps/root/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 build() {  # SOURCE_DIR BUILD_DIR TARGETS...
   local src=$1 dir=$2
   shift 2
@@ -41,6 +48,13 @@ build() {  # SOURCE_DIR BUILD_DIR TARGETS...
 build . build-gpu train vitddp_gpu_tests || { grep -E "error" -A5 "$OUT"/build_*.log | head -40; exit 1; }
 stamp "build ok (commit ${COMMIT:-unknown})"
 grep -h "vitddp: CUDA backend" "$OUT/configure_build-gpu.log"
+if [ -n "${SIM:-}" ]; then
+  mkdir -p /tmp/vitddp-sim && tar -C /tmp/vitddp-sim -xJf .deps/sim.tar.xz
+  (LD_LIBRARY_PATH=/tmp/vitddp-sim/sim/lib python3 scripts/ring_sim_ddp.py .deps/vitl32_buckets.json \
+    /tmp/vitddp-sim/sim/ring_sim "$OUT/ring_sim_ddp" $SIM > "$OUT/ring_sim_ddp.log" 2>&1) &
+  sim_pid=$!
+  stamp "simulations started: $SIM"
+fi
 if [ -n "${BEFORE:-}" ]; then
   build "$BEFORE" build-before train || { grep -E "error" -A5 "$OUT/build_build-before.log" | head -40; exit 1; }
   stamp "build of $BEFORE ok"
@@ -82,6 +96,17 @@ if [ "${DIGITS:-0}" = 1 ]; then
   if [ -d .deps/digits/val ]; then ln -sfn ../.deps/digits data/digits
   else python3 scripts/make_digits_dataset.py data/digits > "$OUT/digits.log" 2>&1; fi
 fi
+if [ "${TRANSFER:-0}" = 1 ]; then
+  for provider in shm tcp; do
+    timeout 300 build-gpu/bin/train bench transfer --model vit_l_32 --optimizer adamw --hook powersgd --precision bf16 \
+      --batch-size 8 --data gpu --provider $provider --repeats 5 --json > "$OUT/transfer_$provider.log" 2>&1
+    stamp "transfer $provider exit $?"; tail -2 "$OUT/transfer_$provider.log"
+  done
+fi
+if [ "${MEMORY:-0}" = 1 ]; then
+  OUT="$OUT" bash scripts/memory_checkpoint_cost.sh build-gpu
+  stamp "memory checkpoints done"
+fi
 for sweep in ${SWEEP:-}; do
   name=$(basename "$sweep" .json)
   ref=(); [ "${REFERENCE:-0}" = 1 ] && ref=(--reference .deps/anchors/torch_ddp_vit.py)
@@ -89,6 +114,12 @@ for sweep in ${SWEEP:-}; do
     > "$OUT/$name.log" 2>&1
   stamp "sweep $name exit $?"; grep -E "^\||failed" "$OUT/$name.log"
 done
+if [ -n "${sim_pid:-}" ]; then
+  while kill -0 "$sim_pid" 2> /dev/null && [ $(( $(date +%s) - start )) -lt "${SIM_WAIT:-560}" ]; do sleep 5; done
+  kill -0 "$sim_pid" 2> /dev/null && { echo "simulations still running: stopped"; pkill -f ring_sim; }
+  stamp "simulations: $(wc -l < "$OUT/ring_sim_ddp/ddp.jsonl" 2> /dev/null || echo 0) rows"
+  tail -5 "$OUT/ring_sim_ddp.log"
+fi
 stamp "done"
 # A file back from the device may be at most 16 MiB: large ones are named here and left out.
 (cd "$OUT" && find . -type f -size +4M) > "$OUT/left_out.txt"
