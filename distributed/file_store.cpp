@@ -68,9 +68,8 @@ FileStore::FileStore(std::string folder) : folder_(std::move(folder)) {
 
 std::string FileStore::path_of(const std::string& key) const { return folder_ + "/" + sanitise(key); }
 
-void FileStore::set(const std::string& key, const std::string& value) {
+std::string FileStore::write_temporary(const std::string& key, const std::string& value) const {
   static std::atomic<uint64_t> counter{0};
-  const std::string path = path_of(key);
   // The temporary name is unique per process and call, so concurrent writers never share one.
   const std::string tmp = folder_ + "/.tmp." + sanitise(key) + "." + std::to_string(::getpid()) + "." +
                           std::to_string(counter.fetch_add(1));
@@ -91,11 +90,30 @@ void FileStore::set(const std::string& key, const std::string& value) {
     ::unlink(tmp.c_str());
     throw Error("FileStore: cannot write '" + tmp + "': " + why);
   }
+  return tmp;
+}
+
+void FileStore::set(const std::string& key, const std::string& value) {
+  const std::string path = path_of(key);
+  const std::string tmp = write_temporary(key, value);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string why = errno_text();
     ::unlink(tmp.c_str());
     throw Error("FileStore: cannot rename '" + tmp + "' to '" + path + "': " + why);
   }
+}
+
+bool FileStore::claim(const std::string& key, const std::string& value) {
+  const std::string path = path_of(key);
+  const std::string tmp = write_temporary(key, value);
+  // link() fails with EEXIST when the key exists, atomically, on local and network file systems
+  // alike, where rename() would replace it.
+  const int linked = ::link(tmp.c_str(), path.c_str());
+  const int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (linked == 0) return true;
+  if (link_errno == EEXIST) return false;
+  throw Error("FileStore: cannot create '" + path + "' for key '" + key + "': " + std::strerror(link_errno));
 }
 
 bool FileStore::has(const std::string& key) const {

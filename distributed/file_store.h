@@ -16,6 +16,8 @@ class FileStore {
   // or written.
   explicit FileStore(std::string folder);
   void set(const std::string& key, const std::string& value);
+  // Sets `key` only if no one has: true for the one caller, of any process, that set it.
+  bool claim(const std::string& key, const std::string& value);
   // Waits (polling every 10 ms) until `key` exists; throws (ErrorKind::kTimeout) naming the key
   // and the folder after `timeout`.
   std::string get(const std::string& key, std::chrono::milliseconds timeout) const;
@@ -24,6 +26,8 @@ class FileStore {
 
  private:
   std::string path_of(const std::string& key) const;
+  // A whole value in a fresh temporary file of the folder; returns its path.
+  std::string write_temporary(const std::string& key, const std::string& value) const;
   std::string folder_;
 };
 

@@ -309,9 +309,10 @@ AttemptEnd run_attempt(const LaunchOptions& options, const char* self, FileStore
 
 }  // namespace
 
-int launch_workers(const LaunchOptions& options, std::ostream& log) {
+int launch_workers(const LaunchOptions& given, std::ostream& log) {
+  LaunchOptions options = given;
   VITDDP_CHECK(options.processes >= 1, "launcher: at least one process");
-  VITDDP_CHECK(options.nnodes >= 1 && options.node_rank >= 0 && options.node_rank < options.nnodes,
+  VITDDP_CHECK(options.nnodes >= 1 && options.node_rank >= -1 && options.node_rank < options.nnodes,
                "launcher: node ", options.node_rank, " of ", options.nnodes);
   VITDDP_CHECK(options.nnodes == 1 || !options.rendezvous.empty(), "launcher: ", options.nnodes,
                " nodes need a --rendezvous folder they all reach");
@@ -339,11 +340,23 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
     }
   } cleanup{temporary, rendezvous};
   FileStore store(store_folder);
-  // A folder that served an earlier run would hand its ranks that run's keys.
-  const std::string node_key = "launcher.node." + std::to_string(options.node_rank);
-  VITDDP_CHECK(!store.has(node_key), "launcher: the rendezvous folder ", rendezvous, " already served node ",
-               options.node_rank, " of a run; give every run a fresh folder");
-  store.set(node_key, std::to_string(getpid()));
+  // Note [Node ranks by arrival]
+  // A launcher without a node rank takes the lowest one no other launcher has claimed, as
+  // torchrun's rendezvous does: no bit of the weights depends on which host holds which ranks.
+  // The claim is atomic (FileStore::claim), so two launchers never share a place, and a folder
+  // that served an earlier run, whose places are all taken, is refused rather than handing its
+  // ranks that run's keys.
+  auto claim = [&](int node) { return store.claim("launcher.node." + std::to_string(node), std::to_string(getpid())); };
+  if (options.node_rank >= 0) {
+    VITDDP_CHECK(claim(options.node_rank), "launcher: the rendezvous folder ", rendezvous, " already served node ",
+                 options.node_rank, " of a run; give every run a fresh folder");
+  } else {
+    for (int node = 0; node < options.nnodes && options.node_rank < 0; ++node)
+      if (claim(node)) options.node_rank = node;
+    VITDDP_CHECK(options.node_rank >= 0, "launcher: the rendezvous folder ", rendezvous, " already holds the ",
+                 options.nnodes, " nodes of a run; give every run a fresh folder");
+    if (options.nnodes > 1) log << "launcher: node " << options.node_rank << " of " << options.nnodes << " (by arrival at " << rendezvous << ")\n";
+  }
 
   struct sigaction action {};
   action.sa_handler = remember_signal;
@@ -395,10 +408,10 @@ int launch_workers(const LaunchOptions& options, std::ostream& log) {
 
 void check_placement(const Placement& p) {
   VITDDP_CHECK(p.nnodes >= 1 && p.nnodes <= 1024, "--nnodes must be in [1, 1024], got ", p.nnodes);
-  VITDDP_CHECK(p.nnodes > 1 || (p.node_rank == 0 && p.rendezvous.empty()),
-               "--node-rank and --rendezvous are for several nodes (--nnodes > 1)");
-  VITDDP_CHECK(p.node_rank >= 0 && p.node_rank < p.nnodes, "--node-rank ", p.node_rank, " is not below --nnodes ",
-               p.nnodes);
+  VITDDP_CHECK(p.nnodes > 1 || (p.node_rank <= 0 && p.rendezvous.empty()),
+               "node-rank and --rendezvous are for several nodes (--nnodes > 1)");
+  VITDDP_CHECK(p.node_rank >= -1 && p.node_rank < p.nnodes, "node-rank ", p.node_rank,
+               " must be in [0, --nnodes ", p.nnodes, ") (-1: by arrival at --rendezvous)");
   VITDDP_CHECK(p.nnodes == 1 || !p.rendezvous.empty(), "--nnodes ", p.nnodes,
                " needs --rendezvous DIR: a folder every node reaches (fresh for each run)");
 }

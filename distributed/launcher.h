@@ -6,9 +6,10 @@
 // and when one fails stops the others and exits non-zero naming the first failure. Under an
 // existing launcher (torchrun-style variables, mpirun or srun) the program is a worker at once.
 //
-// Several hosts, as torchrun: one launcher per host with `--nnodes M --node-rank K --rendezvous
-// DIR`, DIR a folder every host reaches (a shared file system; a fresh one per run). Node K's
-// ranks are K*N .. K*N + N - 1 of M*N; the ranks' file store is DIR/store. A launcher whose rank
+// Several hosts, as torchrun: one launcher per host with `--nnodes M --rendezvous DIR`, DIR a
+// folder every host reaches (a shared file system; a fresh one per run). Each launcher takes
+// the next free node rank K (Note [Node ranks by arrival]; the expert key node-rank fixes it);
+// node K's ranks are K*N .. K*N + N - 1 of M*N; the ranks' file store is DIR/store. A launcher whose rank
 // fails says so in the store, and every other launcher stops its own ranks and exits with that
 // first failure's code, naming it (Note [Stopping every node]).
 #pragma once
@@ -42,7 +43,7 @@ std::string rank_as_set_in_environment();
 struct LaunchOptions {
   int processes = 1;  // on this node
   int nnodes = 1;
-  int node_rank = 0;
+  int node_rank = -1;      // -1: the lowest place no other launcher of the rendezvous has taken
   std::string rendezvous;  // the launchers' shared folder; empty (one node only): a fresh temporary one
   int max_restarts = 0;    // Note [Elastic restarts] in launcher.cpp
   // A folder in memory (/dev/shm) for the ranks' memory checkpoints, made by the launcher, named
@@ -61,18 +62,18 @@ struct LaunchOptions {
 int launch_workers(const LaunchOptions& options, std::ostream& log);
 
 // Where the ranks are: processes on this node (`--gpus`/`--procs`, 0 when neither was given)
-// and the nodes (`--nnodes`, `--node-rank`, `--rendezvous`).
+// and the nodes (`--nnodes`, `--rendezvous`, the expert key node-rank).
 struct Placement {
   int processes = 0;
   std::string flag = "--procs";  // which flag gave `processes`: "--gpus" or "--procs"
   int nnodes = 1;
-  int node_rank = 0;
+  int node_rank = -1;  // -1: by arrival at the rendezvous
   std::string rendezvous;
   int max_restarts = 0;             // restarts need this node's launcher, even for one process
   bool memory_checkpoints = false;  // the launcher keeps a memory checkpoint folder for its ranks
 };
 
-// Checks the node flags together (one clear line on the first problem): --node-rank below
+// Checks the node flags together (one clear line on the first problem): node-rank below
 // --nnodes, a --rendezvous folder for more than one node and none for one.
 void check_placement(const Placement& placement);
 

@@ -208,8 +208,9 @@ void Reducer::finish_backward() {
       if (unused.size() > 5) names += " and " + std::to_string(unused.size() - 5) + " more";
       throw Error("DDP: " + std::to_string(unused.size()) + " parameter(s) received no gradient in this backward: " +
                   names +
-                  ". They did not take part in computing the loss; pass --find-unused-parameters to "
-                  "all-reduce their (zero) gradients anyway, or remove them from the model");
+                  ". They did not take part in computing the loss; set find_unused_parameters (train: --set "
+                  "find-unused-parameters=true) to all-reduce their (zero) gradients anyway, or remove them from "
+                  "the model");
     }
     // Their gradients are zero, or under --accumulate what earlier micro-batches of the step
     // left in them: all-reduce them like the others.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a `train` command as two hosts: two network namespaces joined by a veth pair (10.213.250.1
-# and .2), one launcher in each with --nnodes 2 --node-rank K --rendezvous (a fresh shared
+# and .2), one launcher in each with --nnodes 2 --set node-rank=K --rendezvous (a fresh shared
 # folder) added, and VITDDP_GLOO_HOST set to the namespace's address (Gloo and the transfer
 # engine listen there). Needs root. Prints host 0's output, then host 1's; exits with the first
 # non-zero code.
@@ -37,7 +37,7 @@ for h in 0 1; do
 done
 set +e
 for h in 0 1; do
-  VITDDP_GLOO_HOST=${addr[$h]} ip netns exec "${ns[$h]}" "$train" "$@" --nnodes 2 --node-rank $h \
+  VITDDP_GLOO_HOST=${addr[$h]} ip netns exec "${ns[$h]}" "$train" "$@" --nnodes 2 --set node-rank=$h \
     --rendezvous "$rdzv/rdzv" > "$rdzv/host$h.log" 2>&1 &
   pids[$h]=$!
 done

@@ -51,9 +51,8 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"device", &c.device, G::kWhere, "auto, cpu, cuda or cuda:N (auto: the GPU if one is visible, else the CPU)"},
       {"gpus", &c.gpus, G::kWhere, "train on N GPUs of this machine, one process each (NCCL)"},
       {"procs", &c.procs, G::kWhere, "train on N CPU processes (Gloo)"},
-      {"nnodes", &c.nnodes, G::kWhere, "hosts in the run: start `train` on each with its --node-rank; --gpus or "
-                                      "--procs are per host"},
-      {"node-rank", &c.node_rank, G::kWhere, "this host's place among --nnodes (0 .. nnodes - 1)"},
+      {"nnodes", &c.nnodes, G::kWhere, "hosts in the run: start `train` on each with the same --rendezvous; --gpus "
+                                      "or --procs are per host"},
       {"rendezvous", &c.rendezvous, G::kWhere, "with --nnodes: a folder every host reaches (a shared file system), "
                                               "fresh for each run"},
       // model
@@ -68,8 +67,7 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
                                   "+ noise), gpu (made on the GPU)"},
       {"batch-size", &c.batch_size, G::kData, "images per step per GPU (or per CPU process)"},
       {"eval-data", &c.eval_data, G::kData, "held-out images, as --data: loss, top-1 and top-5 over every one of "
-                                            "them, at --eval-every and at the end"},
-      {"eval-every", &c.eval_every, G::kData, "steps between evaluations (0: only at the end)"},
+                                            "them, every eval-every steps (an expert key) and at the end"},
       // optimisation
       {"steps", &c.steps, G::kOptimisation, "optimizer steps in all (the first few are left out of the timing)"},
       {"optimizer", &c.optimizer, G::kOptimisation, "sgd or adamw"},
@@ -102,8 +100,6 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"powersgd-rank", &c.powersgd_rank, G::kDataParallel, "PowerSGD's matrix approximation rank"},
       {"powersgd-start-iter", &c.powersgd_start_iter, G::kDataParallel,
        "steps of plain all-reduce before PowerSGD compresses"},
-      {"find-unused-parameters", &c.find_unused_parameters, G::kDataParallel,
-       "all-reduce zero gradients of parameters the loss did not use"},
       // speed
       {"cuda-graph", &c.cuda_graph, G::kSpeed,
        "GPU: replay each step as one CUDA graph (bit-identical; on wherever the step can be replayed, =false: "
@@ -122,8 +118,6 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"print-every", &c.print_every, G::kOutput, "print a progress line every N steps (0: never)"},
       {"trace", &c.trace, G::kOutput,
        "write a Chrome trace (Perfetto) of every step and rank to FILE, with exposed communication per bucket"},
-      {"profile-steps", &c.profile_steps, G::kOutput,
-       "A:B: cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys --capture-range=cudaProfilerApi"},
       {"op-breakdown", &c.op_breakdown, G::kOutput,
        "GPU: after the run, two more steps (their updates kept): the host's issue time against the GPU's, and GPU "
        "time per op"},
@@ -212,6 +206,14 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"lr-step-size", &c.lr_step_size, G::kExpert, "--lr-schedule step: steps between decays (0: a third of the "
                                                     "steps after warm-up)"},
       {"lr-gamma", &c.lr_gamma, G::kExpert, "--lr-schedule step: the factor of each decay"},
+      {"eval-every", &c.eval_every, G::kExpert, "with --eval-data: steps between evaluations (0: only at the end)"},
+      {"node-rank", &c.node_rank, G::kExpert, "with --nnodes: this host's place, 0 .. nnodes - 1 (-1: the order in "
+                                             "which the hosts reach --rendezvous; no bit of the weights depends on it)"},
+      {"profile-steps", &c.profile_steps, G::kExpert,
+       "A:B: cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys --capture-range=cudaProfilerApi"},
+      {"find-unused-parameters", &c.find_unused_parameters, G::kExpert,
+       "all-reduce zero gradients of parameters the loss did not use (the built-in models use every one; for "
+       "parity with PyTorch DDP)"},
   };
 }
 
@@ -540,8 +542,8 @@ void TrainConfig::validate() const {
                cutmix_alpha);
   VITDDP_CHECK(!(data == "gpu" && mixup_alpha + cutmix_alpha > 0), "--mixup-alpha and --cutmix-alpha mix the "
                "loader's batches; --data gpu makes its batches on the GPU without a loader");
-  VITDDP_CHECK(eval_every >= 0, "--eval-every must be >= 0, got ", eval_every);
-  VITDDP_CHECK(eval_every == 0 || !eval_data.empty(), "--eval-every needs --eval-data");
+  VITDDP_CHECK(eval_every >= 0, "eval-every must be >= 0, got ", eval_every);
+  VITDDP_CHECK(eval_every == 0 || !eval_data.empty(), "eval-every needs --eval-data");
   VITDDP_CHECK(!(clip_grad_norm > 0 && update == "next-forward"), "--clip-grad-norm needs every gradient reduced "
                "before any update; update next-forward updates each bucket at the next forward: use after-backward "
                "or sharded");
@@ -608,7 +610,7 @@ std::pair<int64_t, int64_t> TrainConfig::profile_range() const {
   long long a = 0, b = 0;
   char extra = 0;
   VITDDP_CHECK(std::sscanf(profile_steps.c_str(), "%lld:%lld%c", &a, &b, &extra) == 2 && a >= 1 && b >= a,
-               "--profile-steps must be A:B with 1 <= A <= B, got '", profile_steps, "'");
+               "profile-steps must be A:B with 1 <= A <= B, got '", profile_steps, "'");
   return {a, b};
 }
 

@@ -36,8 +36,8 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   int gpus = 0;                 // 0: not asked; N: train on N GPUs (one process each)
   int procs = 0;                // 0: not asked; N: data-parallel on N CPU processes (Gloo)
-  int nnodes = 1;               // hosts, one launcher each (--node-rank, --rendezvous)
-  int node_rank = 0;
+  int nnodes = 1;               // hosts, one launcher each, meeting at --rendezvous
+  int node_rank = -1;           // expert: this host's place; -1: the order of arrival at the rendezvous
   std::string rendezvous;       // the launchers' shared folder when nnodes > 1
   bool ddp = false;             // expert: DDP (process group + reducer) even on one process
   // model

@@ -39,7 +39,7 @@ std::string cuda_graph_unsupported(const TrainConfig& c, int64_t steps) {
   if (c.update == "next-forward") why.push_back("update next-forward (its updates run inside the next step's forward)");
   if ((c.hook == "fp16" || c.hook == "bf16") && c.precision != "bf16")
     why.push_back("--hook " + c.hook + " on f32 buckets (its overflow record is indexed by a step count kept on the host)");
-  if (c.find_unused_parameters) why.push_back("--find-unused-parameters (the unused parameters may change from step to step)");
+  if (c.find_unused_parameters) why.push_back("find-unused-parameters (the unused parameters may change from step to step)");
   if (c.dropout > 0) why.push_back("--dropout (each step draws its masks from a counter kept on the host)");
   if (!c.trace.empty()) why.push_back("--trace (its marks are recorded by the host in every step)");
   std::string out;

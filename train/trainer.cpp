@@ -434,6 +434,7 @@ RunResult Trainer::finish(int64_t stopped_after) {
   }
   result_.first_step = run_.start_step + 1;
   result_.recovery = run_.recovery;
+  memory_checkpoints_.finish();  // the last save's write, before the run reports it
   result_.memory_checkpoints = memory_checkpoints_.to_json();
   if (run_.clip) result_.grad_norm = run_.clip->norm().to(Device::cpu()).item();
   if (stopped_after >= 0) {

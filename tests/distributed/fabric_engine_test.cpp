@@ -1,14 +1,19 @@
 // The transfer engine (distributed/transfer/fabric_engine.h) on libfabric's tcp and shm
 // providers, two engines in one process: a list of hundreds of writes from several source
 // regions to scattered offsets of a peer's region lands byte for byte (the rest untouched);
-// messages arrive whole and in order; a write out of a region's range, an unknown provider and a
-// peer that is gone are each an error in one line, within the timeout.
+// messages arrive whole and in order; a write out of a region's range, an unknown provider, a
+// peer that is gone and one killed mid-transfer are each an error in one line, within the timeout.
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if VITDDP_WITH_LIBFABRIC
@@ -153,6 +158,67 @@ TEST(FabricEngine, APeerThatIsGoneIsAnErrorWithinTheTimeout) {
     EXPECT_THROW(a.wait(a.submit({{s, 0, src.size(), peer, d, 0}}), 3s), Error);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+}
+
+// A peer killed while a list of writes into it is in flight (another process, SIGKILLed after the
+// list is queued): the wait is an error naming the peer within its timeout, not a hang.
+TEST(FabricEngine, APeerKilledMidTransferIsAnErrorWithinTheTimeout) {
+  constexpr size_t kBytes = 512ull << 20, kPiece = 1ull << 20;
+  signal(SIGPIPE, SIG_IGN);  // a socket to the killed peer must be an error, not this process's end
+  int to_parent[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the peer: a region to be written into, its address and descriptor sent up
+    close(to_parent[0]);
+    std::vector<uint8_t> dst(kBytes);
+    FabricEngine b(options_for("tcp"));
+    const transfer::RegionDescriptor d = b.descriptor(b.register_region(dst.data(), dst.size(), true));
+    const std::vector<uint8_t> address = b.address();
+    const uint64_t size = address.size();
+    bool sent = write(to_parent[1], &d, sizeof(d)) == sizeof(d) && write(to_parent[1], &size, 8) == 8 &&
+                write(to_parent[1], address.data(), size) == static_cast<ssize_t>(size);
+    if (!sent) _exit(1);
+    for (;;) pause();  // its worker gives the writes their progress until the kill
+  }
+  close(to_parent[1]);
+  auto read_all = [&](void* into, size_t bytes) {
+    size_t got = 0;
+    while (got < bytes) {
+      const ssize_t n = read(to_parent[0], static_cast<char*>(into) + got, bytes - got);
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  transfer::RegionDescriptor d;
+  uint64_t size = 0;
+  std::vector<uint8_t> address;
+  const bool told = read_all(&d, sizeof(d)) && read_all(&size, 8) && (address.resize(size), read_all(address.data(), size));
+  close(to_parent[0]);
+  if (!told) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    FAIL() << "the peer process did not send its address";
+  }
+  FabricEngine a(options_for("tcp"));
+  const int peer = a.add_peer(address, 5s);
+  std::vector<uint8_t> src(kBytes, 7);
+  const int s = a.register_region(src.data(), src.size(), false);
+  std::vector<Write> list;
+  for (size_t at = 0; at < kBytes; at += kPiece) list.push_back({s, at, kPiece, peer, d, at});
+  const uint64_t ticket = a.submit(list);
+  std::this_thread::sleep_for(20ms);
+  const auto killed = std::chrono::steady_clock::now();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  try {
+    a.wait(ticket, 3s);
+    ADD_FAILURE() << "a list into a killed peer completed (or finished within 20 ms: make it longer)";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("peer 0"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 6s);
 }
 #else
 TEST(FabricEngine, NeedsLibfabric) { GTEST_SKIP() << "no libfabric at configure time (libfabric-dev): the transfer engine is not built"; }

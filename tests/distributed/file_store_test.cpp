@@ -86,6 +86,37 @@ TEST(FileStore, ValuesCrossProcessesAndGetWaitsForTheWriter) {
   EXPECT_EQ(codes, std::vector<int>({0, 0})) << testing::describe_exit_codes(codes);
 }
 
+
+// Eight processes claim four places each, all at once: every place goes to exactly one of them,
+// and its value is that process's.
+TEST(FileStore, EachClaimGoesToOneProcess) {
+  TempFolder folder;
+  const std::string path = folder.path();
+  constexpr int kProcs = 8, kPlaces = 4;
+  auto codes = run_in_processes(
+      kProcs,
+      [&](int rank) {
+        FileStore store(path);
+        int won = 0;
+        for (int place = 0; place < kPlaces; ++place)
+          if (store.claim("place." + std::to_string(place), std::to_string(rank))) ++won;
+        return 10 + won;  // the claims it won, for the parent to add up
+      },
+      20s);
+  int claims = 0;
+  for (int code : codes) {
+    ASSERT_GE(code, 10) << testing::describe_exit_codes(codes);
+    claims += code - 10;
+  }
+  EXPECT_EQ(claims, kPlaces) << testing::describe_exit_codes(codes);
+  FileStore store(path);
+  for (int place = 0; place < kPlaces; ++place) {
+    const std::string owner = store.get("place." + std::to_string(place), 1s);
+    EXPECT_GE(std::stoi(owner), 0);
+    EXPECT_LT(std::stoi(owner), kProcs);
+    EXPECT_FALSE(store.claim("place." + std::to_string(place), "late")) << "a claimed place was claimed again";
+  }
+}
 TEST(MultiProcess, ReportsExitCodesThrowsAndKillsStragglers) {
   auto codes = run_in_processes(
       4,

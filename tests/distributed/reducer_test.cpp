@@ -114,7 +114,7 @@ TEST(Reducer, UnusedParameterIsAnErrorNamingItUnlessAsked) {
   Tensor w = p[p.size() - 2].second, b = p[p.size() - 1].second;
   cross_entropy(linear(x, w, b), Tensor::from_vector_i64({0, 1}, {2})).backward();
   EXPECT_TRUE(testing::throws_with([&] { s.reducer->finalize(); },
-                                   {"received no gradient", "class_token", "--find-unused-parameters"}));
+                                   {"received no gradient", "class_token", "find-unused-parameters=true"}));
 
   ReducerOptions find;
   find.find_unused_parameters = true;

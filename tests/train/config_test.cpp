@@ -68,7 +68,7 @@ TEST(TrainConfig, ValidationNamesTheSetting) {
   EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"untimed-steps must be in [0, 100000000]"}));
   c = TrainConfig();
   c.profile_steps = "12:10";
-  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"--profile-steps must be A:B"}));
+  EXPECT_TRUE(testing::throws_with([&] { c.validate(); }, {"profile-steps must be A:B"}));
   c.profile_steps = "10:13";
   EXPECT_EQ(c.profile_range(), (std::pair<int64_t, int64_t>{10, 13}));
   c = TrainConfig();

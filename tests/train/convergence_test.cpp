@@ -18,7 +18,7 @@ TEST(Convergence, ASmallVitLearnsTheDigitsOnTwoGlooRanks) {
   ASSERT_EQ(made.rfind("OK\n", 0), 0u) << made;
   const testing::TrainOutcome o = testing::run_train(
       "", "--config " + std::string(VITDDP_SOURCE_DIR) + "/configs/digits_vit.json --procs 2 --data " + dir.path() +
-              "/train --eval-data " + dir.path() + "/val --eval-every 700 --json",
+              "/train --eval-data " + dir.path() + "/val --set eval-every=700 --json",
       /*use_gpus=*/false, 900);
   ASSERT_EQ(o.code, 0) << o.out;
   const nlohmann::json eval = o.json()["eval"];

@@ -35,7 +35,7 @@ TEST(CudaGraph, EachSettingThatChangesTheStepIsNamed) {
             }),
             "");
   EXPECT_NE(why([](TrainConfig& c) { c.hook = "fp16"; }).find("--hook fp16 on f32 buckets"), std::string::npos);
-  EXPECT_NE(why([](TrainConfig& c) { c.find_unused_parameters = true; }).find("--find-unused-parameters"),
+  EXPECT_NE(why([](TrainConfig& c) { c.find_unused_parameters = true; }).find("find-unused-parameters"),
             std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.dropout = 0.1; }).find("--dropout"), std::string::npos);
   EXPECT_NE(why([](TrainConfig& c) { c.trace = "t.json"; }).find("--trace"), std::string::npos);

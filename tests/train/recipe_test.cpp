@@ -114,7 +114,7 @@ TEST(RecipeCli, WhatItCannotHonourIsRefused) {
   testing::expect_refused_in_one_line(tiny + " --model-ema 1", "--model-ema must be 0 (off) or a decay in (0, 1)");
   testing::expect_refused_in_one_line(tiny + " --label-smoothing 1", "--label-smoothing must be in [0, 1)");
   testing::expect_refused_in_one_line(tiny + " --clip-grad-norm -1", "--clip-grad-norm must be >= 0");
-  testing::expect_refused_in_one_line(tiny + " --eval-every 5", "--eval-every needs --eval-data");
+  testing::expect_refused_in_one_line(tiny + " --set eval-every=5", "eval-every needs --eval-data");
 }
 
 // Resuming with a longer run stretches a cosine schedule: the resume says so.

@@ -34,7 +34,7 @@ TEST(Restart, AKilledRankRestartsFromMemoryWithTheUninterruptedWeights) {
   testing::TempFolder dir("vitddp_restart");
   const std::string args = "--procs 2 " + kRun;
   const std::string straight = straight_weights(dir, args);
-  TrainOutcome o = testing::run_train("VITDDP_FAULT=1:5:kill", args + " --max-restarts 1 --set memory-checkpoint-every=2 "
+  TrainOutcome o = testing::run_train("VITDDP_FAULT=1:5:kill", args + " --max-restarts 1 --set memory-checkpoint-every=3 "
                                                                "--save " + dir.path() + "/restarted.safetensors");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_NE(o.out.find("launcher: rank 1 was killed by signal 9"), std::string::npos) << o.out;
@@ -42,10 +42,11 @@ TEST(Restart, AKilledRankRestartsFromMemoryWithTheUninterruptedWeights) {
   const nlohmann::json j = o.json();
   EXPECT_EQ(j["recovery"]["restart"], 1) << o.out;
   EXPECT_EQ(j["recovery"]["restored_from"], "memory") << o.out;
-  EXPECT_EQ(j["recovery"]["step"], 4) << o.out;  // saved after steps 2 and 4; killed in step 6
+  // Saved after step 3, its write done while steps 4 and 5 ran; killed in step 6.
+  EXPECT_EQ(j["recovery"]["step"], 3) << o.out;
   EXPECT_GT(j["recovery"]["recovery_seconds"].get<double>(), 0) << o.out;
-  EXPECT_EQ(j["first_step"], 5) << o.out;
-  EXPECT_EQ(j["memory_checkpoints"]["every"], 2) << o.out;
+  EXPECT_EQ(j["first_step"], 4) << o.out;
+  EXPECT_EQ(j["memory_checkpoints"]["every"], 3) << o.out;
   EXPECT_GT(straight.size(), 10000u);
   EXPECT_TRUE(straight == testing::file_bytes(dir.path() + "/restarted.safetensors"))
       << "the restarted run's weights differ from the uninterrupted run's";
@@ -73,9 +74,12 @@ TEST(Restart, TheMemoryCheckpointIntervalIsChosenAndSaid) {
   const nlohmann::json m = o.json()["memory_checkpoints"];
   EXPECT_GE(m["every"].get<int64_t>(), 1) << o.out;
   EXPECT_GE(m["saves"].get<int64_t>(), 1) << o.out;
-  EXPECT_NE(o.out.find("memory checkpoints: every " + std::to_string(m["every"].get<int64_t>()) + " steps (a save took"),
+  EXPECT_NE(o.out.find("memory checkpoints: every " + std::to_string(m["every"].get<int64_t>()) +
+                       " steps (a step waited "),
             std::string::npos)
       << o.out;
+  EXPECT_GT(m["copy_seconds"].get<double>(), 0) << o.out;
+  EXPECT_GT(m["write_seconds"].get<double>(), 0) << o.out;
   EXPECT_TRUE(o.json()["recovery"].is_null()) << "nothing was restored:\n" << o.out;
 }
 
@@ -93,7 +97,7 @@ TEST(Restart, OneProcessRestartsToo) {
   testing::TempFolder dir("vitddp_restart_one");
   const std::string one = kRun + " --set ddp=true";  // PowerSGD needs DDP's buckets
   const std::string straight = straight_weights(dir, one);
-  TrainOutcome o = testing::run_train("VITDDP_FAULT=0:4:exit", one + " --max-restarts 1 --set memory-checkpoint-every=3 "
+  TrainOutcome o = testing::run_train("VITDDP_FAULT=0:5:exit", one + " --max-restarts 1 --set memory-checkpoint-every=3 "
                                                                "--save " + dir.path() + "/restarted.safetensors");
   ASSERT_EQ(o.code, 0) << o.out;
   EXPECT_EQ(o.json()["recovery"]["restored_from"], "memory") << o.out;
@@ -109,9 +113,9 @@ TEST(Restart, AKilledRankOnOneOfTwoHostsRestartsFromMemory) {
   testing::TempFolder dir("vitddp_restart_hosts");
   const std::string straight = straight_weights(dir, "--procs 4 " + kRun);
   auto node = [&](int h, const std::string& env) {
-    return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --node-rank " + std::to_string(h) +
+    return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --set node-rank=" + std::to_string(h) +
                                                     " --rendezvous " + dir.path() + "/rdzv " + kRun +
-                                                    " --max-restarts 1 --set memory-checkpoint-every=2 --save " +
+                                                    " --max-restarts 1 --set memory-checkpoint-every=3 --save " +
                                                     dir.path() + "/restarted.safetensors");
   };
   std::future<TrainOutcome> second = std::async(std::launch::async, node, 1, "VITDDP_FAULT=3:5:kill");
@@ -122,7 +126,7 @@ TEST(Restart, AKilledRankOnOneOfTwoHostsRestartsFromMemory) {
   EXPECT_NE(other.out.find("launcher: rank 3 (node 1) was killed by signal 9"), std::string::npos) << other.out;
   EXPECT_NE(first.out.find("launcher: restarting the ranks (restart 1 of 1)"), std::string::npos) << first.out;
   EXPECT_EQ(first.json()["recovery"]["restored_from"], "memory") << first.out;
-  EXPECT_EQ(first.json()["recovery"]["step"], 4) << first.out;
+  EXPECT_EQ(first.json()["recovery"]["step"], 3) << first.out;
   EXPECT_TRUE(straight == testing::file_bytes(dir.path() + "/restarted.safetensors")) << first.out;
 }
 

@@ -361,7 +361,7 @@ int run_bench_transfer(int argc, char** argv) {
   TrainConfig one = config;
   one.procs = one.gpus = 0;
   one.nnodes = 1;
-  one.node_rank = 0;
+  one.node_rank = -1;
   one.rendezvous.clear();
   one.json = false;
   one.print_every = 0;

@@ -9,7 +9,7 @@
 //
 //   train bench transfer --model vit_l_32 --optimizer adamw --hook powersgd --provider shm
 //   # two hosts (or network namespaces), one launcher each, Gloo's address for the engine too:
-//   VITDDP_GLOO_HOST=10.0.0.1 train bench transfer --nnodes 2 --node-rank 0 --rendezvous DIR ...
+//   VITDDP_GLOO_HOST=10.0.0.1 train bench transfer --nnodes 2 --rendezvous DIR ...
 //
 // Two ranks: rank 0 trains one step and sends, rank 1 holds the replica and checks, by CRC-32,
 // that every byte of every tensor arrived. Times are medians over --repeats, interleaved.

@@ -45,9 +45,10 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   const int rank = run.env.rank;
   // Note [Where a restart restores from]
   // This rank's newest whole step in its node's memory checkpoints, else on disk; the ranks
-  // then agree on the oldest of those (all-gather). Memory checkpoints are double-buffered and
-  // every rank saves at the same steps, so that step is in every rank's memory unless a rank
-  // lost its node's (then its disk's, or the run cannot go on and says which).
+  // then agree on the oldest of those (all-gather). Memory checkpoints are double-buffered,
+  // every rank saves at the same steps and at most one write is in flight (a rank killed during
+  // it has the step before whole, which the others still keep), so that step is in every rank's
+  // memory unless a rank lost its node's (then its disk's, or the run cannot go on and says which).
   const std::string memory = memory_checkpoint_folder();
   const int64_t in_memory = newest_whole_step(memory, rank, /*warn_only=*/true);
   int64_t step = in_memory > 0 ? in_memory : newest_whole_step(c.checkpoint_dir, rank, /*warn_only=*/false);

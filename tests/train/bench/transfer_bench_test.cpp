@@ -56,7 +56,7 @@ TEST(TransferBench, MovesEveryTensorBetweenTwoHosts) {
   REQUIRE_TWO_HOSTS(hosts);
   testing::TempFolder dir("vitddp_transfer_hosts");
   auto node = [&](int h) {
-    return testing::run_train(hosts.on(h), kState + " --provider tcp --nnodes 2 --node-rank " + std::to_string(h) +
+    return testing::run_train(hosts.on(h), kState + " --provider tcp --nnodes 2 --set node-rank=" + std::to_string(h) +
                                                " --rendezvous " + dir.path() + "/rdzv");
   };
   std::future<TrainOutcome> second = std::async(std::launch::async, node, 1);
