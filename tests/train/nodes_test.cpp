@@ -1,7 +1,8 @@
 // Several hosts as torchrun launches them: one `train --nnodes 2 --rendezvous DIR` per host,
-// which take their node ranks in the order they arrive, or as the expert key node-rank says. Two network namespaces joined by a veth pair stand for two hosts (their own
-// interfaces and addresses; Gloo's TCP between them), sharing the rendezvous folder as hosts
-// share a file system. Making namespaces needs root (CI runs as root); elsewhere these tests say
+// which take their node ranks in the order they arrive, or as the expert key node-rank says.
+// Two network namespaces joined by a veth pair stand for two hosts (their own interfaces and
+// addresses; Gloo's TCP between them), sharing the rendezvous folder as hosts share a file
+// system. Making namespaces needs root (CI runs as root); elsewhere these tests say
 // so and skip.
 #include <gtest/gtest.h>
 #include <unistd.h>
