@@ -15,7 +15,8 @@
 #   OPS="m:b ..."    --op-breakdown of vitddp's bf16 step for each model:batch (ops_M_B.log)
 #   JPEG=1           JPEG files at the GPU's pace: scripts/jpeg_bench.sh
 #   SIM="ARGS"       scripts/ring_sim_ddp.py ARGS in the background on the machine's cores (.deps/sim.tar.xz,
-#                    .deps/vitl32_buckets.json), waited for at the end, at most SIM_WAIT s after the build
+#                    .deps/vitl32_buckets.json), started before the build, waited for at the end, until
+#                    SIM_WAIT s (default 560) from the start
 #   TRANSFER=1       train bench transfer of ViT-L/32's GPU state on shm and tcp (transfer_*.json)
 #   MEMORY=1         memory checkpoints of ViT-L/32 on the GPU: their cost per step and a restart from
 #                    memory against one from disk: scripts/memory_checkpoint_cost.sh
@@ -45,16 +46,17 @@ build() {  # SOURCE_DIR BUILD_DIR TARGETS...
     -DCUDNN_FRONTEND_ROOT="$PWD/.deps/cudnn_frontend" > "$OUT/configure_$(basename "$dir").log" 2>&1 \
     && cmake --build "$dir" -j "$(nproc)" --target "$@" > "$OUT/build_$(basename "$dir").log" 2>&1
 }
-build . build-gpu train vitddp_gpu_tests || { grep -E "error" -A5 "$OUT"/build_*.log | head -40; exit 1; }
-stamp "build ok (commit ${COMMIT:-unknown})"
-grep -h "vitddp: CUDA backend" "$OUT/configure_build-gpu.log"
+# The simulations need no build: they start first, niced, on the cores the build leaves.
 if [ -n "${SIM:-}" ]; then
   mkdir -p /tmp/vitddp-sim && tar -C /tmp/vitddp-sim -xJf .deps/sim.tar.xz
-  (LD_LIBRARY_PATH=/tmp/vitddp-sim/sim/lib python3 scripts/ring_sim_ddp.py .deps/vitl32_buckets.json \
+  (LD_LIBRARY_PATH=/tmp/vitddp-sim/sim/lib nice -n 10 python3 scripts/ring_sim_ddp.py .deps/vitl32_buckets.json \
     /tmp/vitddp-sim/sim/ring_sim "$OUT/ring_sim_ddp" $SIM > "$OUT/ring_sim_ddp.log" 2>&1) &
   sim_pid=$!
   stamp "simulations started: $SIM"
 fi
+build . build-gpu train vitddp_gpu_tests || { grep -E "error" -A5 "$OUT"/build_*.log | head -40; exit 1; }
+stamp "build ok (commit ${COMMIT:-unknown})"
+grep -h "vitddp: CUDA backend" "$OUT/configure_build-gpu.log"
 if [ -n "${BEFORE:-}" ]; then
   build "$BEFORE" build-before train || { grep -E "error" -A5 "$OUT/build_build-before.log" | head -40; exit 1; }
   stamp "build of $BEFORE ok"
