@@ -4,7 +4,8 @@
 #   chosen       40 steps, --max-restarts 1: the interval N the program chooses, a save's two parts
 #   plain        STEPS steps without checkpoints
 #   at_chosen    STEPS steps with a memory checkpoint every N (written beside training)
-#   from_memory  every N, rank 0 killed 700 steps after the save at N (its write long done): restored from memory
+#   from_memory  every N, rank 0 killed in step N + 701: restored from memory, from the newest step whose
+#                write had finished
 #   from_disk    the same with no memory checkpoint in time and --checkpoint-every N: restored from disk
 # Writes memory_<run>.log under $OUT and memory_checkpoints.md (the table docs/reliability.md cites).
 #
