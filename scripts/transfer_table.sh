@@ -12,7 +12,7 @@ out=$2
 shift 2
 mkdir -p "$out"
 here=$(dirname "$0")
-state=(--model vit_l_32 --optimizer adamw --hook powersgd --batch-size 1 --repeats 5 --json "$@")
+state=(--model vit_l_32 --optimizer adamw --hook powersgd --batch-size 1 --repeats 9 --json "$@")
 cases="shm tcp"
 timeout 900 "$train" bench transfer "${state[@]}" --procs 2 --provider shm > "$out/transfer_shm.log" 2>&1
 timeout 900 "$train" bench transfer "${state[@]}" --procs 2 --provider tcp > "$out/transfer_tcp.log" 2>&1
