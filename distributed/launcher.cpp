@@ -346,7 +346,9 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
   // The claim is atomic (FileStore::claim), so two launchers never share a place, and a folder
   // that served an earlier run, whose places are all taken, is refused rather than handing its
   // ranks that run's keys.
-  auto claim = [&](int node) { return store.claim("launcher.node." + std::to_string(node), std::to_string(getpid())); };
+  auto claim = [&](int node) {
+    return store.claim("launcher.node." + std::to_string(node), std::to_string(getpid()));
+  };
   if (options.node_rank >= 0) {
     VITDDP_CHECK(claim(options.node_rank), "launcher: the rendezvous folder ", rendezvous, " already served node ",
                  options.node_rank, " of a run; give every run a fresh folder");
@@ -355,7 +357,9 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
       if (claim(node)) options.node_rank = node;
     VITDDP_CHECK(options.node_rank >= 0, "launcher: the rendezvous folder ", rendezvous, " already holds the ",
                  options.nnodes, " nodes of a run; give every run a fresh folder");
-    if (options.nnodes > 1) log << "launcher: node " << options.node_rank << " of " << options.nnodes << " (by arrival at " << rendezvous << ")\n";
+    if (options.nnodes > 1)
+      log << "launcher: node " << options.node_rank << " of " << options.nnodes << " (by arrival at " << rendezvous
+          << ")\n";
   }
 
   struct sigaction action {};

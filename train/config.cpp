@@ -207,8 +207,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
                                                     "steps after warm-up)"},
       {"lr-gamma", &c.lr_gamma, G::kExpert, "--lr-schedule step: the factor of each decay"},
       {"eval-every", &c.eval_every, G::kExpert, "with --eval-data: steps between evaluations (0: only at the end)"},
-      {"node-rank", &c.node_rank, G::kExpert, "with --nnodes: this host's place, 0 .. nnodes - 1 (-1: the order in "
-                                             "which the hosts reach --rendezvous; no bit of the weights depends on it)"},
+      {"node-rank", &c.node_rank, G::kExpert,
+       "with --nnodes: this host's place, 0 .. nnodes - 1 (-1: the order in which the hosts reach --rendezvous; no "
+       "bit of the weights depends on it; give it to every host or none)"},
       {"profile-steps", &c.profile_steps, G::kExpert,
        "A:B: cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys --capture-range=cudaProfilerApi"},
       {"find-unused-parameters", &c.find_unused_parameters, G::kExpert,

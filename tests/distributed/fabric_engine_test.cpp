@@ -194,7 +194,8 @@ TEST(FabricEngine, APeerKilledMidTransferIsAnErrorWithinTheTimeout) {
   transfer::RegionDescriptor d;
   uint64_t size = 0;
   std::vector<uint8_t> address;
-  const bool told = read_all(&d, sizeof(d)) && read_all(&size, 8) && (address.resize(size), read_all(address.data(), size));
+  const bool told =
+      read_all(&d, sizeof(d)) && read_all(&size, 8) && (address.resize(size), read_all(address.data(), size));
   close(to_parent[0]);
   if (!told) {
     kill(child, SIGKILL);
