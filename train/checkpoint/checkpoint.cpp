@@ -509,16 +509,21 @@ PowerSgdState powersgd_state_on(const PowerSgdState& saved, Device device) {
   return out;
 }
 
-NamedTensors checkpoint_tensors(const CheckpointState& s) {
-  NamedTensors out;
-  for (const auto& [name, t] : s.weights) out.emplace_back(kWeightsPrefix + name, t);
-  for (const auto& [name, t] : s.optimizer_state) out.emplace_back(kOptimPrefix + name, t);
+void for_each_checkpoint_tensor(CheckpointState& s, const std::function<void(const std::string&, Tensor&)>& f) {
+  for (auto& [name, t] : s.weights) f(kWeightsPrefix + name, t);
+  for (auto& [name, t] : s.optimizer_state) f(kOptimPrefix + name, t);
   if (s.powersgd)
-    for (const auto& [index, b] : s.powersgd->buckets) {
-      if (b.error.defined()) out.emplace_back(powersgd_name(index, "error"), b.error);
-      if (b.q.defined()) out.emplace_back(powersgd_name(index, "q"), b.q);
-      if (b.sent_p.defined()) out.emplace_back(powersgd_name(index, "sent_p"), b.sent_p);
+    for (auto& [index, b] : s.powersgd->buckets) {
+      if (b.error.defined()) f(powersgd_name(index, "error"), b.error);
+      if (b.q.defined()) f(powersgd_name(index, "q"), b.q);
+      if (b.sent_p.defined()) f(powersgd_name(index, "sent_p"), b.sent_p);
     }
+}
+
+NamedTensors checkpoint_tensors(const CheckpointState& s) {
+  CheckpointState handles = s;  // the same tensors: a Tensor is a handle
+  NamedTensors out;
+  for_each_checkpoint_tensor(handles, [&](const std::string& name, Tensor& t) { out.emplace_back(name, t); });
   return out;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -71,8 +72,11 @@ struct CheckpointOptions {
   int keep = 2;  // whole checkpoints kept; older ones are deleted after a save completes (>= 1)
 };
 
-// Every tensor of `state` by its name in the tensors file ("weights.<param>", "optim.<state>",
-// "powersgd.b<i>.error|q|sent_p"), in the file's order; views of the state, not copies.
+// Every tensor of `state` with its name in the tensors file ("weights.<param>", "optim.<state>",
+// "powersgd.b<i>.error|q|sent_p"), in the file's order, as the state's own handle: `f` may
+// replace it (memory checkpoints put host copies in its place).
+void for_each_checkpoint_tensor(CheckpointState& state, const std::function<void(const std::string&, Tensor&)>& f);
+// The same as a list; views of the state, not copies.
 NamedTensors checkpoint_tensors(const CheckpointState& state);
 
 // "step-000120" (six digits or more); and back from a step folder's path (-1 if it is not one).

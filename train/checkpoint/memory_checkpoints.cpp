@@ -17,17 +17,6 @@
 namespace vitddp {
 namespace {
 
-// Every tensor of the state, in one fixed order (the same state gives the same order).
-template <class F>
-void for_each_tensor(CheckpointState& state, F&& f) {
-  for (auto& named : state.weights) f(named.second);
-  for (auto& named : state.optimizer_state) f(named.second);
-  if (state.powersgd)
-    for (auto& bucket : state.powersgd->buckets)
-      for (Tensor* t : {&bucket.second.error, &bucket.second.q, &bucket.second.sent_p})
-        if (t->defined()) f(*t);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -77,7 +66,7 @@ void MemoryCheckpoints::copy_to_host(int64_t steps_done) {
   // Host memory, once: pinned memory is slow to allocate (seconds for gigabytes), and this is
   // no part of what a save costs later.
   size_t k = 0;
-  for_each_tensor(copy_, [&](Tensor& live) {
+  for_each_checkpoint_tensor(copy_, [&](const std::string&, Tensor& live) {
     if (k == host_.size()) host_.emplace_back();
     Tensor& host = host_[k++];
     if (host.defined() && host.shape() == live.shape() && host.dtype() == live.dtype()) return;
@@ -91,7 +80,7 @@ void MemoryCheckpoints::copy_to_host(int64_t steps_done) {
   });
   const auto t1 = std::chrono::steady_clock::now();
   k = 0;
-  for_each_tensor(copy_, [&](Tensor& live) {
+  for_each_checkpoint_tensor(copy_, [&](const std::string&, Tensor& live) {
     Tensor& host = host_[k++];
     host.copy_(live);  // ordered after the step's work; waited for on a GPU
     live = host;
