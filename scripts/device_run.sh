@@ -4,7 +4,8 @@
 # what it printed.
 # Run `bash scripts/fetch_device_deps.sh` here first and carry `.deps` (and BEFORE's folder).
 #
-#   (always)         build (sm_90) into build-gpu: the program and the GPU tests
+#   (always)         build (sm_90) into build-gpu: the program and the GPU tests (BUILD=0: not, for a
+#                    call that only simulates)
 #   BEFORE=DIR       also build the sources in DIR (an earlier commit, e.g. from `git archive`)
 #                    and time it against this build: scripts/speed_before_after.sh
 #   GPU_TESTS=1      ctest -L gpu (GPU_TEST_FILTER=regex picks some; each stops after 180 s)
@@ -54,9 +55,11 @@ if [ -n "${SIM:-}" ]; then
   sim_pid=$!
   stamp "simulations started: $SIM"
 fi
-build . build-gpu train vitddp_gpu_tests || { grep -E "error" -A5 "$OUT"/build_*.log | head -40; exit 1; }
-stamp "build ok (commit ${COMMIT:-unknown})"
-grep -h "vitddp: CUDA backend" "$OUT/configure_build-gpu.log"
+if [ "${BUILD:-1}" != 0 ]; then
+  build . build-gpu train vitddp_gpu_tests || { grep -E "error" -A5 "$OUT"/build_*.log | head -40; exit 1; }
+  stamp "build ok (commit ${COMMIT:-unknown})"
+  grep -h "vitddp: CUDA backend" "$OUT/configure_build-gpu.log"
+fi
 if [ -n "${BEFORE:-}" ]; then
   build "$BEFORE" build-before train || { grep -E "error" -A5 "$OUT/build_build-before.log" | head -40; exit 1; }
   stamp "build of $BEFORE ok"
