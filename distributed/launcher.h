@@ -11,7 +11,10 @@
 // the next free node rank K (Note [Node ranks by arrival]; the expert key node-rank fixes it);
 // node K's ranks are K*N .. K*N + N - 1 of M*N; the ranks' file store is DIR/store. A launcher whose rank
 // fails says so in the store, and every other launcher stops its own ranks and exits with that
-// first failure's code, naming it (Note [Stopping every node]).
+// first failure's code, naming it (Note [Stopping every node]). With --max-restarts, a host lost
+// whole is replaced by starting the same command on another (Note [A lost host]): it takes the
+// lost node's place, gets that node's memory checkpoints back from its buddy
+// (distributed/transfer/buddy_replicas.h), and the run goes on.
 #pragma once
 
 #include <chrono>
@@ -55,6 +58,10 @@ struct LaunchOptions {
   // collective), and after forwarding the user's SIGINT/SIGTERM (ranks finish the step and save).
   std::chrono::seconds failure_grace{5};
   std::chrono::seconds signal_grace{120};
+  // How long a restart waits for a lost node's place to be taken (the expert key join-timeout).
+  std::chrono::seconds join_timeout{600};
+  // How long a buddy may take to answer (the run's timeout).
+  std::chrono::milliseconds peer_timeout{std::chrono::seconds(300)};
 };
 
 // Runs the workers to completion. Returns 0 when all exit 0; otherwise the first failed
@@ -71,6 +78,8 @@ struct Placement {
   std::string rendezvous;
   int max_restarts = 0;             // restarts need this node's launcher, even for one process
   bool memory_checkpoints = false;  // the launcher keeps a memory checkpoint folder for its ranks
+  double join_timeout_seconds = 600;  // LaunchOptions::join_timeout
+  double timeout_seconds = 300;       // the run's timeout: LaunchOptions::peer_timeout
 };
 
 // Checks the node flags together (one clear line on the first problem): node-rank below

@@ -210,6 +210,9 @@ std::vector<OptionSpec> option_table(TrainConfig& c) {
       {"node-rank", &c.node_rank, G::kExpert,
        "with --nnodes: this host's place, 0 .. nnodes - 1 (-1: the order in which the hosts reach --rendezvous; no "
        "bit of the weights depends on it; give it to every host or none)"},
+      {"join-timeout", &c.join_timeout, G::kExpert,
+       "with --nnodes and --max-restarts: seconds a restart waits for a lost host's place to be taken (the same "
+       "command started on another host; torchrun's join timeout)"},
       {"profile-steps", &c.profile_steps, G::kExpert,
        "A:B: cudaProfilerStart before step A and cudaProfilerStop after step B, for nsys --capture-range=cudaProfilerApi"},
       {"find-unused-parameters", &c.find_unused_parameters, G::kExpert,
@@ -502,6 +505,7 @@ void TrainConfig::validate() const {
                "powersgd-error-dtype must be f32 or bucket, got '", powersgd_error_dtype, "'");
   VITDDP_CHECK(accumulate >= 1 && accumulate <= 1000000, "--accumulate must be in [1, 1000000], got ", accumulate);
   check_timeout_flag(timeout);
+  check_timeout_flag(join_timeout, "join-timeout");
   VITDDP_CHECK(nonfinite == "stop" || nonfinite == "skip", "--nonfinite must be stop or skip, got '", nonfinite, "'");
   for (auto [v, name] : {std::pair{image_size, "image-size"}, {patch_size, "patch-size"}, {layers, "layers"},
                          {heads, "heads"}, {hidden_dim, "hidden-dim"}, {mlp_dim, "mlp-dim"}, {classes, "classes"}})

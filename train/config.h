@@ -38,6 +38,7 @@ struct TrainConfig {
   int procs = 0;                // 0: not asked; N: data-parallel on N CPU processes (Gloo)
   int nnodes = 1;               // hosts, one launcher each, meeting at --rendezvous
   int node_rank = -1;           // expert: this host's place; -1: the order of arrival at the rendezvous
+  double join_timeout = 600.0;  // expert: seconds a restart waits for a lost host's place to be taken
   std::string rendezvous;       // the launchers' shared folder when nnodes > 1
   bool ddp = false;             // expert: DDP (process group + reducer) even on one process
   // model

@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
     placement.rendezvous = config.rendezvous;
     placement.max_restarts = config.max_restarts;
     placement.memory_checkpoints = config.max_restarts > 0;
+    placement.join_timeout_seconds = config.join_timeout;
+    placement.timeout_seconds = config.timeout;
     if (std::optional<int> code = launch_if_needed(placement, argc, argv, env, std::cerr)) return *code;
     // `kill -USR2 <rank's pid>` prints every thread's stack of that rank and lets it run on (a
     // hang's first evidence where no debugger can attach).

@@ -18,6 +18,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "framework/core/error.h"
@@ -53,6 +54,7 @@ struct FabricEngine::State {
     size_t bytes = 0;
     void* desc = nullptr;
     uint64_t remote_addr = 0, key = 0;
+    int region = -1;       // kWrite: the source region
     size_t buffer = 0;     // kSend, kRecv: the pool slot
     std::list<Op>::iterator self;
   };
@@ -64,8 +66,9 @@ struct FabricEngine::State {
   struct Region {
     char* base;
     size_t bytes;
-    fid_mr* mr;
+    fid_mr* mr;      // null once released
     bool remote;
+    size_t live = 0;  // writes from it queued or posted, not complete
   };
 
   FabricOptions options;
@@ -89,12 +92,15 @@ struct FabricEngine::State {
   std::map<uint64_t, List> lists;
   uint64_t next_list = 1;
   std::deque<std::vector<uint8_t>> inbox;
-  std::string failure;                // a send or receive that failed: every later call says so
+  std::string failure;                // a receive or the completion queue failed: every later call says so
+  // A peer a message could not reach (its process gone): later calls naming it say so; the
+  // engine goes on with the others (a launcher outlives its peers: distributed/transfer/replicas.h).
+  std::map<int, std::string> peer_failure;
+  std::map<int, bool> warmed;         // add_peer's warm-up message completed (true) or failed (false)
   std::vector<char> recv_pool, send_pool;
   fid_mr* recv_mr = nullptr;
   fid_mr* send_mr = nullptr;
   std::vector<size_t> free_send;
-  size_t warm_ups_pending = 0;
   // Something a caller may wait for happened (a list finished, a message came, a send slot or a
   // warm-up completed, a failure): the worker wakes the waiters only then, not at every
   // completion, so a waiting thread does not take the worker's core at every write.
@@ -110,6 +116,7 @@ struct FabricEngine::State {
   void queue_message(std::unique_lock<std::mutex>& lock, int peer, uint8_t kind, const void* data, size_t bytes) {
     cv.wait(lock, [&] { return !free_send.empty() || !failure.empty(); });
     throw_if_failed();
+    throw_if_peer_failed(peer);
     const size_t i = free_send.back();
     free_send.pop_back();
     char* m = slot(send_pool, i);
@@ -128,7 +135,7 @@ struct FabricEngine::State {
     stop = true;
     if (worker.joinable()) worker.join();
     close_quietly(ep ? &ep->fid : nullptr, "endpoint");
-    for (Region& r : regions) close_quietly(&r.mr->fid, "memory region");
+    for (Region& r : regions) close_quietly(r.mr ? &r.mr->fid : nullptr, "memory region");
     close_quietly(recv_mr ? &recv_mr->fid : nullptr, "receive buffers");
     close_quietly(send_mr ? &send_mr->fid : nullptr, "send buffers");
     close_quietly(av ? &av->fid : nullptr, "address vector");
@@ -182,6 +189,8 @@ struct FabricEngine::State {
     switch (op->kind) {
       case Op::kWrite: {
         --in_flight;
+        --regions[static_cast<size_t>(op->region)].live;
+        wake = true;  // release_region may wait for it
         auto it = lists.find(op->list);
         if (it != lists.end()) {
           ++it->second.done;
@@ -194,9 +203,8 @@ struct FabricEngine::State {
       case Op::kSend:
         --in_flight;
         wake = true;
-        if (!error.empty()) failure = "a message to peer " + std::to_string(op->peer) + " failed: " + error;
-        if (*slot(send_pool, op->buffer) == static_cast<char>(kWarmUp) && warm_ups_pending > 0)
-          --warm_ups_pending;
+        if (!error.empty()) peer_failure.emplace(op->peer, "a message to peer " + std::to_string(op->peer) + " failed: " + error);
+        if (*slot(send_pool, op->buffer) == static_cast<char>(kWarmUp)) warmed[op->peer] = error.empty();
         free_send.push_back(op->buffer);
         ops.erase(op->self);
         break;
@@ -273,6 +281,23 @@ struct FabricEngine::State {
 
   void throw_if_failed() const {
     if (!failure.empty()) throw Error("transfer engine: " + failure);
+  }
+  void throw_if_peer_failed(int peer) const {
+    if (auto it = peer_failure.find(peer); it != peer_failure.end()) throw Error("transfer engine: " + it->second);
+  }
+  // Takes a failed or abandoned list's writes that are not posted yet off the queue.
+  void drop_queued(uint64_t list) {
+    for (auto it = queue.begin(); it != queue.end();) {
+      Op* op = *it;
+      if (op->kind != Op::kWrite || op->list != list) {
+        ++it;
+        continue;
+      }
+      --regions[static_cast<size_t>(op->region)].live;
+      ops.erase(op->self);
+      it = queue.erase(it);
+    }
+    wake = true;
   }
 };
 
@@ -366,14 +391,14 @@ int FabricEngine::add_peer(const std::vector<uint8_t>& address, std::chrono::mil
     std::lock_guard<std::mutex> lock(s.mu);
     s.peers.push_back(addr);
     peer = static_cast<int>(s.peers.size() - 1);
-    ++s.warm_ups_pending;
   }
   // Warm the connection: the first message makes the provider connect; wait for its completion.
   {
     std::unique_lock<std::mutex> lock(s.mu);
     s.queue_message(lock, peer, kWarmUp, nullptr, 0);
-    const bool warmed = s.cv.wait_for(lock, timeout, [&] { return s.warm_ups_pending == 0 || !s.failure.empty(); });
+    const bool warmed = s.cv.wait_for(lock, timeout, [&] { return s.warmed.count(peer) || !s.failure.empty(); });
     s.throw_if_failed();
+    s.throw_if_peer_failed(peer);
     VITDDP_CHECK(warmed, "transfer engine: peer ", peer, " did not answer within ", timeout.count(),
                  " ms (its engine is not running, or unreachable from here)");
   }
@@ -391,6 +416,19 @@ int FabricEngine::register_region(void* base, size_t bytes, bool remote_write) {
   return static_cast<int>(s.regions.size() - 1);
 }
 
+bool FabricEngine::release_region(int region, std::chrono::milliseconds timeout) {
+  State& s = *s_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  VITDDP_CHECK(region >= 0 && static_cast<size_t>(region) < s.regions.size() &&
+                   s.regions[static_cast<size_t>(region)].mr,
+               "transfer engine: no region ", region, " to release");
+  State::Region& r = s.regions[static_cast<size_t>(region)];
+  if (!s.cv.wait_for(lock, timeout, [&] { return r.live == 0; })) return false;
+  fi_check(fi_close(&r.mr->fid), "fi_close (memory region)");
+  r.mr = nullptr;
+  return true;
+}
+
 RegionDescriptor FabricEngine::descriptor(int region) const {
   State& s = *s_;
   std::lock_guard<std::mutex> lock(s.mu);
@@ -406,8 +444,9 @@ uint64_t FabricEngine::submit(std::vector<Write> writes) {
   s.throw_if_failed();
   for (size_t i = 0; i < writes.size(); ++i) {
     const Write& w = writes[i];
-    VITDDP_CHECK(w.src_region >= 0 && static_cast<size_t>(w.src_region) < s.regions.size(), "transfer engine: write ",
-                 i, " names region ", w.src_region, ", which is not registered");
+    VITDDP_CHECK(w.src_region >= 0 && static_cast<size_t>(w.src_region) < s.regions.size() &&
+                     s.regions[static_cast<size_t>(w.src_region)].mr,
+                 "transfer engine: write ", i, " names region ", w.src_region, ", which is not registered");
     const State::Region& r = s.regions[static_cast<size_t>(w.src_region)];
     VITDDP_CHECK(w.bytes <= r.bytes && w.src_offset <= r.bytes - w.bytes, "transfer engine: write ", i, " reads ",
                  w.bytes, " bytes at ", w.src_offset, " of region ", w.src_region, " (", r.bytes, " bytes)");
@@ -415,11 +454,12 @@ uint64_t FabricEngine::submit(std::vector<Write> writes) {
                  " writes ", w.bytes, " bytes at ", w.dst_offset, " of a peer's region of ", w.dst.bytes, " bytes");
     VITDDP_CHECK(w.peer >= 0 && static_cast<size_t>(w.peer) < s.peers.size(), "transfer engine: write ", i,
                  " names peer ", w.peer, ", which was not added");
+    s.throw_if_peer_failed(w.peer);
   }
   const uint64_t ticket = s.next_list++;
   State::List& list = s.lists[ticket];
   for (const Write& w : writes) {
-    const State::Region& r = s.regions[static_cast<size_t>(w.src_region)];
+    State::Region& r = s.regions[static_cast<size_t>(w.src_region)];
     list.peer = w.peer;
     for (uint64_t done = 0; done < w.bytes || (w.bytes == 0 && done == 0); done += s.max_piece) {
       const uint64_t piece = std::min<uint64_t>(s.max_piece, w.bytes - done);
@@ -427,6 +467,8 @@ uint64_t FabricEngine::submit(std::vector<Write> writes) {
       op->list = ticket;
       op->peer = w.peer;
       op->local = r.base + w.src_offset + done;
+      op->region = w.src_region;
+      ++r.live;
       op->bytes = piece;
       op->desc = fi_mr_desc(r.mr);
       op->remote_addr = w.dst.base + w.dst_offset + done;
@@ -451,8 +493,9 @@ void FabricEngine::wait(uint64_t ticket, std::chrono::milliseconds timeout) {
     s.lists.erase(it);
     return;
   }
+  s.drop_queued(ticket);  // failed or late: what is not posted yet never will be
   if (!copy.error.empty()) {
-    // The list's other writes still complete (or fail) into it; it is dropped once they have.
+    // The list's posted writes still complete (or fail) into it.
     throw Error("transfer engine: a write to peer " + std::to_string(copy.peer) + " failed: " + copy.error);
   }
   throw Error("transfer engine: " + std::to_string(copy.total - copy.done) + " of " + std::to_string(copy.total) +
@@ -467,10 +510,12 @@ void FabricEngine::write_contiguous_loop(int src_region, int peer, const RegionD
   s.throw_if_failed();
   VITDDP_CHECK(src_region >= 0 && static_cast<size_t>(src_region) < s.regions.size(), "transfer engine: no region ",
                src_region);
-  const State::Region& r = s.regions[static_cast<size_t>(src_region)];
+  State::Region& r = s.regions[static_cast<size_t>(src_region)];
+  VITDDP_CHECK(r.mr, "transfer engine: region ", src_region, " was released");
   VITDDP_CHECK(bytes <= r.bytes && bytes <= dst.bytes, "transfer engine: a loop of ", bytes,
                " bytes from a region of ", r.bytes, " into one of ", dst.bytes);
   VITDDP_CHECK(peer >= 0 && static_cast<size_t>(peer) < s.peers.size(), "transfer engine: no peer ", peer);
+  s.throw_if_peer_failed(peer);
   const uint64_t ticket = s.next_list++;
   State::List& list = s.lists[ticket];
   list.peer = peer;
@@ -493,6 +538,8 @@ void FabricEngine::write_contiguous_loop(int src_region, int peer, const RegionD
         break;
       }
       ++s.in_flight;
+      op->region = src_region;
+      ++r.live;
       if (rc != 0) s.complete(op, 0, fi_strerror(static_cast<int>(-rc)));
       posted += op->bytes;
     }
@@ -519,6 +566,19 @@ void FabricEngine::send(int peer, const void* data, size_t bytes) {
   std::unique_lock<std::mutex> lock(s.mu);
   VITDDP_CHECK(peer >= 0 && static_cast<size_t>(peer) < s.peers.size(), "transfer engine: no peer ", peer);
   s.queue_message(lock, peer, kUserMessage, data, bytes);
+}
+
+std::optional<std::vector<uint8_t>> FabricEngine::poll_message(std::chrono::milliseconds timeout) {
+  State& s = *s_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait_for(lock, timeout, [&] { return !s.inbox.empty() || !s.failure.empty(); });
+  if (s.inbox.empty()) {
+    s.throw_if_failed();
+    return std::nullopt;
+  }
+  std::vector<uint8_t> m = std::move(s.inbox.front());
+  s.inbox.pop_front();
+  return m;
 }
 
 std::vector<uint8_t> FabricEngine::recv(std::chrono::milliseconds timeout) {

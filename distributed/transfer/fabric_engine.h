@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ class FabricEngine {
   // peers' writes. Returns the region's index; the memory must outlive the engine.
   int register_region(void* base, size_t bytes, bool remote_write);
   RegionDescriptor descriptor(int region) const;
+  // Unregisters a region once no write from it is queued or in flight (a failed list's unposted
+  // writes are dropped by its wait); false, the region kept, when some are still in flight after
+  // `timeout` (its memory must then stay mapped). Peers must not write into it any more.
+  bool release_region(int region, std::chrono::milliseconds timeout);
 
   // Queues a list of writes and returns its ticket; every write is checked against its source
   // region and destination descriptor first (an out-of-range write is an error, nothing queued).
@@ -87,6 +92,8 @@ class FabricEngine {
   static constexpr size_t kMaxMessage = 64 * 1024;
   void send(int peer, const void* data, size_t bytes);
   std::vector<uint8_t> recv(std::chrono::milliseconds timeout);
+  // The same, nullopt when none came within `timeout`.
+  std::optional<std::vector<uint8_t>> poll_message(std::chrono::milliseconds timeout);
 
  private:
   struct State;

@@ -1,6 +1,9 @@
 #include "common/two_hosts.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <cstdlib>
 
@@ -28,6 +31,16 @@ std::string TwoHosts::address(int host) const { return subnet_ + "." + std::to_s
 
 std::string TwoHosts::on(int host, const std::string& env) const {
   return env + " VITDDP_GLOO_HOST=" + address(host) + " ip netns exec " + names_[host];
+}
+
+std::vector<int> TwoHosts::kill_all(int host) const {
+  std::vector<int> pids;
+  FILE* p = ::popen(("ip netns pids " + names_[host] + " 2> /dev/null").c_str(), "r");
+  if (!p) return pids;
+  for (int pid; std::fscanf(p, "%d", &pid) == 1;) pids.push_back(pid);
+  ::pclose(p);
+  for (int pid : pids) ::kill(pid, SIGKILL);
+  return pids;
 }
 
 void TwoHosts::remove() {

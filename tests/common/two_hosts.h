@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace vitddp::testing {
 
@@ -18,6 +19,8 @@ class TwoHosts {
   std::string address(int host) const;
   // run_train's `env` for a command on `host`: VITDDP_GLOO_HOST is the host's own address.
   std::string on(int host, const std::string& env = "") const;
+  // SIGKILLs every process in `host`'s namespace (a host lost whole); returns their pids.
+  std::vector<int> kill_all(int host) const;
 
  private:
   void remove();

@@ -2,17 +2,26 @@
 // killed mid-training makes the launchers restart every rank, which go on from the newest state
 // all of them have (this node's memory checkpoints, else --checkpoint-dir) and end with the
 // weights of a run that was never interrupted, bit for bit; --json says where the state came
-// from. A budget that runs out ends the run with the first failure's code and line.
+// from. A budget that runs out ends the run with the first failure's code and line. A host lost
+// whole is replaced by the same command started again, restored from its buddy's replica.
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
+#include <filesystem>
 #include <future>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/multiprocess.h"
 #include "common/run_checks.h"
 #include "common/train_process.h"
 #include "common/two_hosts.h"
+#include "distributed/file_store.h"
+#if VITDDP_WITH_LIBFABRIC
+#include "distributed/transfer/buddy_replicas.h"
+#endif
 
 namespace vitddp {
 namespace {
@@ -129,6 +138,63 @@ TEST(Restart, AKilledRankOnOneOfTwoHostsRestartsFromMemory) {
   EXPECT_EQ(first.json()["recovery"]["step"], 3) << first.out;
   EXPECT_TRUE(straight == testing::file_bytes(dir.path() + "/restarted.safetensors")) << first.out;
 }
+
+#if VITDDP_WITH_LIBFABRIC
+// Two hosts of two ranks, host 1 lost whole (its launcher and ranks killed, its /dev/shm folder
+// gone) once node 0 holds node 1's memory checkpoint of step 6 as its buddy; rank 2 hangs in
+// step 6 meanwhile, so the run cannot end first. The same command started again on host 1 takes
+// the lost node's place, gets that checkpoint back from node 0, and the run ends with the
+// uninterrupted weights: ranks 0-1 restored from their node's memory, 2-3 from the buddy's.
+TEST(Restart, AHostLostWholeIsReplacedAndRestoredFromItsBuddy) {
+  testing::TwoHosts hosts;
+  REQUIRE_TWO_HOSTS(hosts);
+  testing::TempFolder dir("vitddp_restart_lost_host");
+  const std::string run = kRun + " --set timeout=60";  // the hang must outlast the push of step 6
+  const std::string straight = straight_weights(dir, "--procs 4 " + run);
+  auto node = [&](int h, const std::string& env) {
+    return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --set node-rank=" + std::to_string(h) +
+                                                    " --rendezvous " + dir.path() + "/rdzv " + run +
+                                                    " --max-restarts 1 --set memory-checkpoint-every=3 --save " +
+                                                    dir.path() + "/restarted.safetensors",
+                              false, 240);
+  };
+  std::future<TrainOutcome> first = std::async(std::launch::async, node, 0, "");
+  std::future<TrainOutcome> lost = std::async(std::launch::async, node, 1, "VITDDP_FAULT=2:6:hang");
+  // Node 0 holds node 1's step 6 once the key says so (written after the last write landed).
+  const std::string held_file = [&] {
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (std::filesystem::exists(dir.path() + "/rdzv/store")) {
+        FileStore store(dir.path() + "/rdzv/store");
+        if (store.has(transfer::BuddyReplicas::held_key(1)) &&
+            store.get(transfer::BuddyReplicas::held_key(1), std::chrono::seconds(1)) == "6")
+          return std::string("6");
+      }
+    }
+    return std::string();
+  }();
+  const std::vector<int> killed = hosts.kill_all(1);
+  TrainOutcome gone = lost.get();
+  ASSERT_EQ(held_file, "6") << "node 0 never held node 1's step 6:\n" << gone.out;
+  ASSERT_FALSE(killed.empty());
+  for (int pid : killed)  // the host's memory went with it
+    std::filesystem::remove_all("/dev/shm/vitddp-memory-" + std::to_string(pid) + "-node1");
+  TrainOutcome replacement = node(1, "");
+  TrainOutcome survivor = first.get();
+  ASSERT_EQ(replacement.code, 0) << replacement.out << "\n--- host 0:\n" << survivor.out;
+  ASSERT_EQ(survivor.code, 0) << survivor.out;
+  EXPECT_NE(replacement.out.find("taking the place of the lost node 1"), std::string::npos) << replacement.out;
+  EXPECT_NE(replacement.out.find("node 0 handed back this node's memory checkpoint of step 6"), std::string::npos)
+      << replacement.out;
+  const nlohmann::json r = survivor.json()["recovery"];
+  EXPECT_EQ(r["restart"], 1) << survivor.out;
+  EXPECT_EQ(r["step"], 6) << survivor.out;
+  EXPECT_EQ(r["by_rank"], nlohmann::json({"memory", "memory", "buddy", "buddy"})) << survivor.out;
+  EXPECT_GT(r["recovery_seconds"].get<double>(), 0) << survivor.out;
+  EXPECT_TRUE(straight == testing::file_bytes(dir.path() + "/restarted.safetensors"))
+      << "the weights differ from the uninterrupted run's\n" << survivor.out << "\n--- host 1:\n" << replacement.out;
+}
+#endif
 
 TEST(Restart, BadRestartFlagsAreOneLine) {
   testing::expect_refused_in_one_line("--max-restarts -1", "--max-restarts must be in [0, 1000]");

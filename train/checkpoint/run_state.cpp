@@ -1,5 +1,7 @@
 #include "train/checkpoint/run_state.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -89,6 +91,11 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
     st = load_checkpoint(dir, rank, expect);
     source = "disk";
   }
+  // A step this node's launcher got back from its buddy after the host was lost
+  // (distributed/transfer/buddy_replicas.h) is named so.
+  if (source == "memory" && ::access((memory + "/FROM_BUDDY").c_str(), R_OK) == 0 &&
+      read_text(memory + "/FROM_BUDDY", 64, "a buddy's step name") == checkpoint_step_name(step))
+    source = "buddy";
   const std::vector<std::string> changes = resume_setting_changes(st.config, c.to_json());
   if (!changes.empty()) {
     std::string list;
@@ -115,6 +122,16 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   }
   run.start_step = st.step;
   run.recovery["restored_from"] = source;
+  if (run.ddp) {  // where every rank's state came from, for rank 0's report
+    const std::vector<std::string> sources = {"memory", "buddy", "disk"};
+    const double mine = static_cast<double>(std::find(sources.begin(), sources.end(), source) - sources.begin());
+    const Device on = run.device.is_cuda() ? run.device : Device::cpu();
+    Tensor all = Tensor::empty({run.world, 1}, DType::kF64, on);
+    run.ddp->group().allgather(Tensor::from_vector({mine}, {1}, DType::kF64).to(on), all)->wait();
+    nlohmann::json by_rank = nlohmann::json::array();
+    for (double v : all.to_vector()) by_rank.push_back(sources.at(static_cast<size_t>(v)));
+    run.recovery["by_rank"] = by_rank;
+  }
   run.recovery["step"] = st.step;
   run.recovery["restore_seconds"] = seconds_since(began);
   if (const char* failed = std::getenv("VITDDP_FAILURE_TIME")) {
