@@ -650,6 +650,13 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
   }
 }
 
+bool joins_a_run_in_progress(const Placement& p) {
+  if (p.nnodes <= 1 || p.max_restarts <= 0 || p.rendezvous.empty() ||
+      !std::filesystem::is_directory(p.rendezvous + "/store"))
+    return false;
+  return newest_started_attempt(FileStore(p.rendezvous + "/store"), p.nnodes) >= 0;
+}
+
 void check_placement(const Placement& p) {
   VITDDP_CHECK(p.nnodes >= 1 && p.nnodes <= 1024, "--nnodes must be in [1, 1024], got ", p.nnodes);
   VITDDP_CHECK(p.nnodes > 1 || (p.node_rank <= 0 && p.rendezvous.empty()),

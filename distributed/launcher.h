@@ -82,6 +82,11 @@ struct Placement {
   double timeout_seconds = 300;       // the run's timeout: LaunchOptions::peer_timeout
 };
 
+// Whether this host's launcher joins a run already going on: several nodes with restarts, and a
+// rendezvous whose nodes have started their ranks (a lost host's replacement, Note [A lost
+// host]). Such a launcher's ranks go on from the run's state, as with --resume.
+bool joins_a_run_in_progress(const Placement& placement);
+
 // Checks the node flags together (one clear line on the first problem): node-rank below
 // --nnodes, a --rendezvous folder for more than one node and none for one.
 void check_placement(const Placement& placement);

@@ -52,10 +52,7 @@ int main(int argc, char** argv) {
     // Where the run writes (--save, --checkpoint-dir): checked before any step, not at the end.
     // check_trace_path serves any output file; only rank 0 writes --save, so only it tries.
     if (!config.save.empty() && (!env.distributed || env.rank == 0)) check_trace_path(config.save, "--save");
-    if (!config.checkpoint_dir.empty()) check_checkpoint_dir(config.checkpoint_dir, config.resume);
     const int processes = std::max(config.gpus, config.procs);
-    // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
-    if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
     // The launcher (the same command line once per rank), or a check of this rank's place.
     Placement placement;
     placement.processes = processes;
@@ -67,6 +64,12 @@ int main(int argc, char** argv) {
     placement.memory_checkpoints = config.max_restarts > 0;
     placement.join_timeout_seconds = config.join_timeout;
     placement.timeout_seconds = config.timeout;
+    // A lost host's replacement joins the run's checkpoints: they are its to resume.
+    if (!config.checkpoint_dir.empty())
+      check_checkpoint_dir(config.checkpoint_dir,
+                           config.resume || (!env.distributed && joins_a_run_in_progress(placement)));
+    // Fail here, once, if the GPUs are missing, before the launcher starts the ranks.
+    if (!env.distributed && config.gpus > 1) resolve_run(config, env, std::cout);
     if (std::optional<int> code = launch_if_needed(placement, argc, argv, env, std::cerr)) return *code;
     // `kill -USR2 <rank's pid>` prints every thread's stack of that rank and lets it run on (a
     // hang's first evidence where no debugger can attach).

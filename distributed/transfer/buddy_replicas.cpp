@@ -253,13 +253,10 @@ struct BuddyReplicas::State {
     std::vector<Write> writes;
     for (const auto& p : o.pieces) writes.push_back({p.region, p.offset, p.bytes, o.peer, dst, p.dst_offset});
     const auto t0 = std::chrono::steady_clock::now();
-    try {
-      engine->wait(engine->submit(writes), options.timeout);
-      send(o.peer, {{"type", "done"}, {"purpose", purpose}, {"node", o.node}, {"step", o.step}});
-    } catch (const Error&) {
-      finish_outgoing(purpose);
-      throw;
-    }
+    // A failure here goes to run(), which starts over on a new endpoint: closing this one ends
+    // the list's writes before their files are unmapped.
+    engine->wait(engine->submit(writes), options.timeout);
+    send(o.peer, {{"type", "done"}, {"purpose", purpose}, {"node", o.node}, {"step", o.step}});
     if (purpose == "push") {
       pushed_step = o.step;
       if (!said_pushed) {
@@ -339,6 +336,7 @@ struct BuddyReplicas::State {
       return;
     }
     const Slot& slot = it->second.slots[it->second.newest];
+    if (auto busy = outgoing.find("return"); busy != outgoing.end() && busy->second.node == node) return;  // asked again
     finish_outgoing("return");
     Outgoing& o = outgoing["return"];
     o.peer = peer;
@@ -414,6 +412,27 @@ struct BuddyReplicas::State {
                 {"dir", newest->dir}, {"files", files}, {"total", offset}});
   }
 
+  // A fresh endpoint after a peer failed: libfabric's tcp provider can leave an endpoint that lost
+  // a peer mid-write deaf to new connections, so the service starts over on a new one (the old
+  // one closed first, which ends its writes, before the files they read are unmapped), keeps its
+  // replicas (their regions registered again) and publishes its new address.
+  void open_engine() {
+    FabricOptions fabric;
+    fabric.provider = "tcp";
+    fabric.node = options.host;
+    auto fresh = std::make_unique<FabricEngine>(fabric);
+    std::swap(engine, fresh);
+    fresh.reset();
+    outgoing.clear();
+    unreleased.clear();
+    peers.clear();
+    for (auto& [node, ward] : wards)
+      for (Slot& slot : ward.slots)
+        if (slot.buffer) slot.region = engine->register_region(slot.buffer->data(), slot.buffer->bytes(), true);
+    my_address = to_hex(engine->address());
+    store.set(address_key(options.node), my_address);
+  }
+
   void run() {
     bool said_failure = false;
     while (!stop) {
@@ -433,6 +452,14 @@ struct BuddyReplicas::State {
         said_failure = true;
         next_push_try = std::chrono::steady_clock::now() + 2s;
         std::this_thread::sleep_for(100ms);
+        if (dynamic_cast<const Error*>(&e)) {
+          try {
+            open_engine();
+          } catch (const Error& again) {
+            say(std::string("buddy replicas: cannot open a new endpoint (") + again.what() + "); stopped");
+            return;
+          }
+        }
       }
     }
   }
@@ -444,12 +471,7 @@ BuddyReplicas::BuddyReplicas(const BuddyReplicaOptions& options, FileStore& stor
     : s_(std::make_unique<State>(options, store, log)) {
   VITDDP_CHECK(options.nnodes >= 2 && options.node >= 0 && options.node < options.nnodes,
                "buddy replicas: node ", options.node, " of ", options.nnodes);
-  FabricOptions fabric;
-  fabric.provider = "tcp";
-  fabric.node = options.host;
-  s_->engine = std::make_unique<FabricEngine>(fabric);
-  s_->my_address = to_hex(s_->engine->address());
-  store.set(address_key(options.node), s_->my_address);
+  s_->open_engine();
 }
 
 BuddyReplicas::~BuddyReplicas() {
@@ -471,9 +493,20 @@ int64_t BuddyReplicas::fetch_own_replica() {
   int region = -1;
   json offer;
   try {
-    const int peer = s.peer_at(s.store.get(address_key(buddy), s.options.timeout));
-    s.send(peer, {{"type", "want"}, {"node", s.options.node}});
+    // Asked again every 2 s until the buddy offers, at the address it publishes then: a buddy
+    // whose endpoint started over (above) has a new one.
+    int peer = -1;
+    auto next_ask = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() < deadline) {
+      if (offer.is_null() && std::chrono::steady_clock::now() >= next_ask) {
+        next_ask = std::chrono::steady_clock::now() + 2s;
+        try {
+          peer = s.peer_at(s.store.get(address_key(buddy), s.options.timeout));
+          s.send(peer, {{"type", "want"}, {"node", s.options.node}});
+        } catch (const Error&) {  // a stale address: the next ask reads it again
+          s.peers.clear();
+        }
+      }
       std::optional<std::vector<uint8_t>> bytes = s.engine->poll_message(100ms);
       if (!bytes) continue;
       json m = json::parse(bytes->begin(), bytes->end());
@@ -487,6 +520,8 @@ int64_t BuddyReplicas::fetch_own_replica() {
         return 0;
       }
       if (m.at("type") == "offer") {
+        if (!offer.is_null()) continue;  // an answer to an earlier ask
+        peer = s.peer_at(m.at("from"));
         VITDDP_CHECK(is_step_name(m.at("dir")), "buddy replicas: a replica of step folder '",
                      m.at("dir").get<std::string>(), "'");
         for (const json& f : m.at("files"))

@@ -144,7 +144,8 @@ TEST(Restart, AKilledRankOnOneOfTwoHostsRestartsFromMemory) {
 // gone) once node 0 holds node 1's memory checkpoint of step 6 as its buddy; rank 2 hangs in
 // step 6 meanwhile, so the run cannot end first. The same command started again on host 1 takes
 // the lost node's place, gets that checkpoint back from node 0, and the run ends with the
-// uninterrupted weights: ranks 0-1 restored from their node's memory, 2-3 from the buddy's.
+// uninterrupted weights: ranks 0-1 restored from their node's memory, 2-3 from the buddy's. The
+// run's --checkpoint-dir (step 4 on disk) is the replacement's to resume, not refused as a used one.
 TEST(Restart, AHostLostWholeIsReplacedAndRestoredFromItsBuddy) {
   testing::TwoHosts hosts;
   REQUIRE_TWO_HOSTS(hosts);
@@ -155,7 +156,8 @@ TEST(Restart, AHostLostWholeIsReplacedAndRestoredFromItsBuddy) {
     return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --set node-rank=" + std::to_string(h) +
                                                     " --rendezvous " + dir.path() + "/rdzv " + run +
                                                     " --max-restarts 1 --set memory-checkpoint-every=3 --save " +
-                                                    dir.path() + "/restarted.safetensors",
+                                                    dir.path() + "/restarted.safetensors --checkpoint-dir " +
+                                                    dir.path() + "/ckpt --checkpoint-every 4",
                               false, 240);
   };
   std::future<TrainOutcome> first = std::async(std::launch::async, node, 0, "");
@@ -199,6 +201,7 @@ TEST(Restart, AHostLostWholeIsReplacedAndRestoredFromItsBuddy) {
 TEST(Restart, BadRestartFlagsAreOneLine) {
   testing::expect_refused_in_one_line("--max-restarts -1", "--max-restarts must be in [0, 1000]");
   testing::expect_refused_in_one_line("--resume", "--checkpoint-every and --resume need --checkpoint-dir");
+  testing::expect_refused_in_one_line("--set join-timeout=0", "join-timeout must be in [0.001, 1e7] seconds");
 }
 
 }  // namespace
