@@ -2,7 +2,9 @@
 // node's memory checkpoint folder (in /dev/shm, made and kept by the node's launcher, so it
 // outlives the rank: distributed/launcher.h), in the disk checkpoints' format, two steps kept
 // (a save cut short leaves the previous one whole). A restart restores from there first
-// (train/checkpoint/run_state.h). Disk checkpoints (--checkpoint-dir) stay as they are.
+// (train/checkpoint/run_state.h). Disk checkpoints (--checkpoint-dir) stay as they are. On several
+// hosts the launcher also copies each whole step to a buddy host (distributed/transfer/
+// buddy_replicas.h), for a host that is lost whole.
 //
 // A save copies the state to host memory, which is all the step waits for, and a thread writes
 // the copy while training goes on (Note [Saves beside training] in the .cpp).
