@@ -19,28 +19,14 @@ out=${OUT:-.}
 mkdir -p "$out"
 model=${MODEL:-vit_b_32}
 [ "$(id -u)" = 0 ] || { echo "$0: network namespaces need root" >&2; exit 2; }
-id=$$
-ns=("vitddp-l$id-0" "vitddp-l$id-1")
-addr=("10.214.250.1" "10.214.250.2")
+source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
 work=$(mktemp -d /tmp/vitddp-lost-host-XXXXXX)
 cleanup() {
-  ip netns del "${ns[0]}" 2> /dev/null
-  ip netns del "${ns[1]}" 2> /dev/null
+  remove_two_hosts
   rm -rf "$work"
 }
 trap cleanup EXIT
-set -e
-ip netns add "${ns[0]}"
-ip netns add "${ns[1]}"
-ip link add "vl${id}a" type veth peer name "vl${id}b"
-ip link set "vl${id}a" netns "${ns[0]}"
-ip link set "vl${id}b" netns "${ns[1]}"
-for h in 0 1; do
-  dev=$([ $h = 0 ] && echo "vl${id}a" || echo "vl${id}b")
-  ip -n "${ns[$h]}" addr add "${addr[$h]}/24" dev "$dev"
-  ip -n "${ns[$h]}" link set lo up
-  ip -n "${ns[$h]}" link set "$dev" up
-done
+make_two_hosts l 10.214.250 || { echo "$0: cannot make the network namespaces" >&2; exit 1; }
 set +e
 base="--procs 1 --nnodes 2 --model $model --optimizer adamw --batch-size 2 --steps 4 --print-every 0 --json
   --set timeout=600 --max-restarts 1"

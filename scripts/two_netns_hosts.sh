@@ -13,28 +13,14 @@ set -uo pipefail
 [ "$(id -u)" = 0 ] || { echo "$0: network namespaces need root" >&2; exit 2; }
 train=$1
 shift
-id=$$
-ns=("vitddp-h$id-0" "vitddp-h$id-1")
-addr=("10.213.250.1" "10.213.250.2")
+source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
 rdzv=$(mktemp -d /tmp/vitddp-two-hosts-XXXXXX)
 cleanup() {
-  ip netns del "${ns[0]}" 2> /dev/null
-  ip netns del "${ns[1]}" 2> /dev/null
+  remove_two_hosts
   rm -rf "$rdzv"
 }
 trap cleanup EXIT
-set -e
-ip netns add "${ns[0]}"
-ip netns add "${ns[1]}"
-ip link add "vh${id}a" type veth peer name "vh${id}b"
-ip link set "vh${id}a" netns "${ns[0]}"
-ip link set "vh${id}b" netns "${ns[1]}"
-for h in 0 1; do
-  dev=$([ $h = 0 ] && echo "vh${id}a" || echo "vh${id}b")
-  ip -n "${ns[$h]}" addr add "${addr[$h]}/24" dev "$dev"
-  ip -n "${ns[$h]}" link set lo up
-  ip -n "${ns[$h]}" link set "$dev" up
-done
+make_two_hosts h 10.213.250 || { echo "$0: cannot make the network namespaces" >&2; exit 1; }
 set +e
 for h in 0 1; do
   VITDDP_GLOO_HOST=${addr[$h]} ip netns exec "${ns[$h]}" "$train" "$@" --nnodes 2 --set node-rank=$h \
