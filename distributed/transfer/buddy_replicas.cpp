@@ -302,6 +302,7 @@ struct BuddyReplicas::State {
     slot.dir = m.at("dir").get<std::string>();
     slot.files = m.at("files");
     const RegionDescriptor d = engine->descriptor(slot.region);
+    store.set(receiving_key(node), std::to_string(slot.step));
     send(peer_at(m.at("from")), {{"type", "ready"}, {"purpose", "push"}, {"step", slot.step}, {"key", d.key},
                                  {"base", d.base}, {"bytes", d.bytes}});
   }
@@ -466,6 +467,7 @@ struct BuddyReplicas::State {
 };
 
 std::string BuddyReplicas::held_key(int node) { return "replica.held." + std::to_string(node); }
+std::string BuddyReplicas::receiving_key(int node) { return "replica.receiving." + std::to_string(node); }
 
 BuddyReplicas::BuddyReplicas(const BuddyReplicaOptions& options, FileStore& store, std::ostream& log)
     : s_(std::make_unique<State>(options, store, log)) {

@@ -54,6 +54,8 @@ class BuddyReplicas {
 
   // The store key that says which step of `node`'s a buddy holds whole (informational; tests).
   static std::string held_key(int node);
+  // ... and which step of `node`'s it is receiving (set when it answers an offer).
+  static std::string receiving_key(int node);
   // The file a fetched replica leaves in the memory folder: the step folder's name.
   static constexpr const char* kFromBuddyFile = "FROM_BUDDY";
 
