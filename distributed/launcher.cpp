@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "distributed/file_store.h"
+#include "distributed/node_liveness.h"
 #include "framework/core/error.h"
 #if VITDDP_WITH_LIBFABRIC
 #include "distributed/transfer/buddy_replicas.h"
@@ -102,120 +103,14 @@ RankEnvironment read_rank_environment() {
 // checkpoint/run_state.h), from memory or disk. The launchers need not agree on anything but the
 // attempt number, which each derives from the failures it has seen. When the budget is spent
 // the run ends with the first failure's code and line.
-//
-// Note [A lost host]
-// Every launcher writes a heartbeat into the store each second. A restart begins with a
-// barrier: each launcher says its attempt has ended ("launcher.ended.<a>.<node>", with the time
-// it learnt of the failure) and waits for every node's word. A node whose heartbeat stays still
-// for kLostAfter is said to be lost, and the barrier waits for its place to be taken, up to the
-// join timeout. The same command started on another host does that: finding its place taken
-// (or every place, by arrival) while the run goes on, it watches that node's heartbeat for
-// kLostAfter and, if it stays still, claims the place once for the attempt in which it was lost
-// ("launcher.node.<K>.after-attempt.<a>"), says so as that attempt's failure (so launchers
-// still waiting for their ranks stop them), gets the node's memory checkpoints back from its
-// buddy, says the attempt has ended on the lost node's behalf and joins the next one. Clocks are
-// never compared across hosts: a heartbeat is a counter, watched for change.
+// (Note [A lost host] in distributed/node_liveness.cpp: a host lost whole, and its replacement.)
 namespace {
 
 constexpr int kPeerFailure = 3;  // train/exit_codes.h: a rank that lost a peer
-constexpr std::chrono::seconds kLostAfter{10};
 constexpr int kLostHostCode = 128 + SIGKILL;  // as for a rank killed
 
 std::string failed_key(int attempt, int node) {
   return "launcher.failed." + std::to_string(attempt) + "." + std::to_string(node);
-}
-std::string started_key(int attempt, int node) {
-  return "launcher.started." + std::to_string(attempt) + "." + std::to_string(node);
-}
-std::string ended_key(int attempt, int node) {
-  return "launcher.ended." + std::to_string(attempt) + "." + std::to_string(node);
-}
-std::string heartbeat_key(int node) { return "launcher.heartbeat." + std::to_string(node); }
-std::string finished_key(int node) { return "launcher.finished." + std::to_string(node); }
-
-std::string heartbeat_of(const FileStore& store, int node) {
-  return store.has(heartbeat_key(node)) ? store.get(heartbeat_key(node), std::chrono::milliseconds(1000)) : "";
-}
-
-// This launcher's heartbeat: a counter written into the store every second while it lives.
-class Heartbeat {
- public:
-  Heartbeat(FileStore& store, int node) : store_(store), node_(node) {
-    beat();
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        try {
-          beat();
-        } catch (const Error&) {  // a store that cannot be written fails the launcher's own calls, louder
-        }
-      }
-    });
-  }
-  ~Heartbeat() {
-    stop_ = true;
-    thread_.join();
-  }
-  Heartbeat(const Heartbeat&) = delete;
-  Heartbeat& operator=(const Heartbeat&) = delete;
-
- private:
-  void beat() { store_.set(heartbeat_key(node_), std::to_string(getpid()) + "." + std::to_string(++count_)); }
-  FileStore& store_;
-  int node_;
-  uint64_t count_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-// Which of `nodes` have a heartbeat that stays still for kLostAfter.
-std::vector<int> still_heartbeats(const FileStore& store, const std::vector<int>& nodes) {
-  std::vector<std::string> first;
-  for (int n : nodes) first.push_back(heartbeat_of(store, n));
-  std::vector<bool> moved(nodes.size(), false);
-  const auto until = std::chrono::steady_clock::now() + kLostAfter;
-  while (std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    for (size_t i = 0; i < nodes.size(); ++i) moved[i] = moved[i] || heartbeat_of(store, nodes[i]) != first[i];
-  }
-  std::vector<int> still;
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (!moved[i]) still.push_back(nodes[i]);
-  return still;
-}
-
-// The newest attempt any node started; -1 when none has.
-int newest_started_attempt(const FileStore& store, int nnodes) {
-  int newest = -1;
-  for (int a = 0;; ++a) {
-    bool any = false;
-    for (int n = 0; n < nnodes && !any; ++n) any = store.has(started_key(a, n));
-    if (!any) return newest;
-    newest = a;
-  }
-}
-
-// Note [A lost host]: takes the place of one of `candidates` whose launcher is lost, in a run that
-// goes on. Returns {node, the attempt it was lost in}, or nullopt.
-std::optional<std::pair<int, int>> take_lost_place(FileStore& store, int nnodes, const std::vector<int>& candidates,
-                                                   std::ostream& log) {
-  for (int n = 0; n < nnodes; ++n)
-    if (store.has(finished_key(n))) return std::nullopt;  // the run is over
-  const int attempt = newest_started_attempt(store, nnodes);
-  if (attempt < 0) return std::nullopt;
-  log << "launcher: every place of the rendezvous is taken; watching the heartbeats for "
-      << kLostAfter.count() << " s for a lost node's place\n";
-  log.flush();
-  std::vector<int> all;
-  for (int n = 0; n < nnodes; ++n) all.push_back(n);
-  const std::vector<int> still = still_heartbeats(store, all);
-  if (still.size() == all.size()) return std::nullopt;  // no launcher lives: not a run that goes on
-  for (int n : candidates)
-    if (std::find(still.begin(), still.end(), n) != still.end() &&
-        store.claim("launcher.node." + std::to_string(n) + ".after-attempt." + std::to_string(attempt),
-                    std::to_string(getpid())))
-      return std::make_pair(n, attempt);
-  return std::nullopt;
 }
 
 struct Failure {
@@ -419,48 +314,6 @@ AttemptEnd run_attempt(const LaunchOptions& options, const char* self, FileStore
   return end;
 }
 
-// Note [A lost host]: says that this node's `attempt` has ended (at `failure_time`) and waits for
-// every other node's word, naming a node that is lost once. Returns the earliest failure time of
-// all, or nullopt when a lost node's place was not taken within the join timeout (or the user
-// stopped the run meanwhile).
-std::optional<double> wait_for_every_node(FileStore& store, const LaunchOptions& o, int attempt, double failure_time,
-                                          std::ostream& log) {
-  store.set(ended_key(attempt, o.node_rank), std::to_string(failure_time));
-  const auto deadline = std::chrono::steady_clock::now() + o.join_timeout;
-  std::vector<std::string> beat(static_cast<size_t>(o.nnodes));
-  std::vector<std::chrono::steady_clock::time_point> moved(static_cast<size_t>(o.nnodes), std::chrono::steady_clock::now());
-  std::vector<bool> said(static_cast<size_t>(o.nnodes), false);
-  for (;;) {
-    double earliest = failure_time;
-    bool all = true;
-    const auto now = std::chrono::steady_clock::now();
-    for (int n = 0; n < o.nnodes; ++n) {
-      if (n == o.node_rank) continue;
-      const size_t i = static_cast<size_t>(n);
-      if (store.has(ended_key(attempt, n))) {
-        const double t = std::atof(store.get(ended_key(attempt, n), std::chrono::milliseconds(1000)).c_str());
-        if (t > 0) earliest = std::min(earliest, t);
-        continue;
-      }
-      all = false;
-      const std::string b = heartbeat_of(store, n);
-      if (b != beat[i]) {
-        beat[i] = b;
-        moved[i] = now;
-      } else if (!said[i] && now - moved[i] > kLostAfter) {
-        log << "launcher: node " + std::to_string(n) + " is lost (its launcher's heartbeat stopped " +
-                   std::to_string(kLostAfter.count()) + " s ago): waiting up to " +
-                   std::to_string(o.join_timeout.count()) +
-                   " s for its place to be taken (the same command, started on a new host)\n";
-        log.flush();
-        said[i] = true;
-      }
-    }
-    if (all) return earliest;
-    if (now > deadline || g_forward_signal.load() != 0) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
 
 }  // namespace
 
@@ -507,7 +360,8 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
   // A place already taken may be a lost node's, in a run with restarts (Note [A lost host]).
   std::optional<std::pair<int, int>> replacing;  // {node, the attempt it was lost in}
   auto lost_place = [&](const std::vector<int>& candidates) {
-    if (options.nnodes > 1 && options.max_restarts > 0) replacing = take_lost_place(store, options.nnodes, candidates, log);
+    if (options.nnodes > 1 && options.max_restarts > 0)
+      replacing = liveness::take_lost_place(store, options.nnodes, candidates, log);
     if (replacing) options.node_rank = replacing->first;
     return replacing.has_value();
   };
@@ -525,7 +379,7 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
       log << "launcher: node " << options.node_rank << " of " << options.nnodes << " (by arrival at " << rendezvous
           << ")\n";
   }
-  std::optional<Heartbeat> heartbeat;
+  std::optional<liveness::Heartbeat> heartbeat;
   if (options.nnodes > 1) heartbeat.emplace(store, options.node_rank);
   struct SayFinished {  // a run over: no later launcher takes a place in it
     FileStore& store;
@@ -533,7 +387,7 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
     bool several;
     ~SayFinished() {
       try {
-        if (several) store.set(finished_key(node), "1");
+        if (several) store.set(liveness::finished_key(node), "1");
       } catch (const Error&) {
       }
     }
@@ -599,7 +453,8 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
 #if VITDDP_WITH_LIBFABRIC
     if (replicas) replicas->fetch_own_replica();
 #endif
-    const std::optional<double> failed_at = wait_for_every_node(store, options, lost_in, wall_seconds(), log);
+    const std::optional<double> failed_at = liveness::wait_for_every_node(
+        store, options.nnodes, options.node_rank, lost_in, wall_seconds(), options.join_timeout, g_forward_signal, log);
     VITDDP_CHECK(failed_at, "launcher: the other nodes did not end attempt ", lost_in, " within the join timeout");
     if (lost_in >= options.max_restarts) {
       log << "launcher: the restart budget (--max-restarts " + std::to_string(options.max_restarts) +
@@ -616,7 +471,7 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
 #endif
   for (;;) {
     attempt.store_folder = store_folder + "/attempt-" + std::to_string(attempt.number);
-    if (options.nnodes > 1) store.set(started_key(attempt.number, options.node_rank), "1");
+    if (options.nnodes > 1) store.set(liveness::started_key(attempt.number, options.node_rank), "1");
     const AttemptEnd end = run_attempt(options, self, store, attempt, log);
     if (end.code == 0) return 0;
     if (first.code == 0) first = end.cause;
@@ -630,7 +485,8 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
     attempt.failure_time = end.failure_time > 0 ? end.failure_time : wall_seconds();
     if (options.nnodes > 1) {
       const std::optional<double> failed_at =
-          wait_for_every_node(store, options, attempt.number, attempt.failure_time, log);
+          liveness::wait_for_every_node(store, options.nnodes, options.node_rank, attempt.number, attempt.failure_time,
+                              options.join_timeout, g_forward_signal, log);
       if (!failed_at) {
         log << "launcher: no launcher took the lost node's place within the join timeout (" +
                    std::to_string(options.join_timeout.count()) + " s); the first failure: " + first.line + "\n";
@@ -654,7 +510,7 @@ bool joins_a_run_in_progress(const Placement& p) {
   if (p.nnodes <= 1 || p.max_restarts <= 0 || p.rendezvous.empty() ||
       !std::filesystem::is_directory(p.rendezvous + "/store"))
     return false;
-  return newest_started_attempt(FileStore(p.rendezvous + "/store"), p.nnodes) >= 0;
+  return liveness::newest_started_attempt(FileStore(p.rendezvous + "/store"), p.nnodes) >= 0;
 }
 
 void check_placement(const Placement& p) {

@@ -12,9 +12,9 @@
 // node K's ranks are K*N .. K*N + N - 1 of M*N; the ranks' file store is DIR/store. A launcher whose rank
 // fails says so in the store, and every other launcher stops its own ranks and exits with that
 // first failure's code, naming it (Note [Stopping every node]). With --max-restarts, a host lost
-// whole is replaced by starting the same command on another (Note [A lost host]): it takes the
-// lost node's place, gets that node's memory checkpoints back from its buddy
-// (distributed/transfer/buddy_replicas.h), and the run goes on.
+// whole is replaced by starting the same command on another (Note [A lost host] in
+// distributed/node_liveness.cpp): it takes the lost node's place, gets that node's memory
+// checkpoints back from its buddy (distributed/transfer/buddy_replicas.h), and the run goes on.
 #pragma once
 
 #include <chrono>
