@@ -3,6 +3,7 @@
 // `train bench allreduce ...`, `train bench loader ...` and `train bench transfer ...` (train/bench/), `train topology`
 // (train/bench/topology.h).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -29,6 +30,16 @@ namespace {
 std::string rank_prefix() {
   const std::string rank = vitddp::rank_as_set_in_environment();
   return rank.empty() ? "" : "rank " + rank + ": ";
+}
+
+// After a failure a rank's other threads (Gloo's, the loader's workers, a lost peer's pending
+// work) may still run: the libraries' static destructors (cuBLAS's) racing them crashed such a
+// rank at exit, turning its exit code into a crash's. The failure is said by now; the process
+// ends with its code at once, its output flushed.
+[[noreturn]] void exit_after_failure(int code) {
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 
 }  // namespace
@@ -80,12 +91,12 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     // One write: every rank and the launcher print to the same terminal at the same moment.
     std::cerr << "train: " + rank_prefix() + "error: " + e.what() + "\n" << std::flush;
-    return exit_code_for(e.kind());
+    exit_after_failure(exit_code_for(e.kind()));
   } catch (const std::bad_alloc&) {
     std::cerr << "train: " + rank_prefix() + "error: out of host memory\n" << std::flush;
-    return kExitInternal;
+    exit_after_failure(kExitInternal);
   } catch (const std::exception& e) {
     std::cerr << "train: internal error: " + std::string(e.what()) + "\n" << std::flush;
-    return kExitInternal;
+    exit_after_failure(kExitInternal);
   }
 }
