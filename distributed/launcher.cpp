@@ -442,6 +442,14 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
            "whole restores from --checkpoint-dir\n";
 #endif
   Failure first;
+  auto say_budget_spent = [&] {
+    log << "launcher: the restart budget (--max-restarts " + std::to_string(options.max_restarts) +
+               ") is spent; the first failure: " + first.line + "\n";
+  };
+  auto resume_from_now_on = [&] {
+    if (std::find(attempt.argv.begin(), attempt.argv.end(), "--resume") == attempt.argv.end())
+      attempt.argv.push_back("--resume");
+  };
   if (replacing) {  // Note [A lost host]
     const int lost_in = replacing->second;
     first = {kLostHostCode, "node " + std::to_string(options.node_rank) + "'s host was lost in attempt " +
@@ -457,14 +465,12 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
         store, options.nnodes, options.node_rank, lost_in, wall_seconds(), options.join_timeout, g_forward_signal, log);
     VITDDP_CHECK(failed_at, "launcher: the other nodes did not end attempt ", lost_in, " within the join timeout");
     if (lost_in >= options.max_restarts) {
-      log << "launcher: the restart budget (--max-restarts " + std::to_string(options.max_restarts) +
-                 ") is spent; the first failure: " + first.line + "\n";
+      say_budget_spent();
       return first.code;
     }
     attempt.number = lost_in + 1;
     attempt.failure_time = *failed_at;
-    if (std::find(attempt.argv.begin(), attempt.argv.end(), "--resume") == attempt.argv.end())
-      attempt.argv.push_back("--resume");
+    resume_from_now_on();
   }
 #if VITDDP_WITH_LIBFABRIC
   if (replicas) replicas->start();
@@ -477,16 +483,14 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
     if (first.code == 0) first = end.cause;
     // Bad input (exit 2) fails the same way again: no restart mends it.
     if (end.signalled || end.code == 2 || attempt.number >= options.max_restarts) {
-      if (attempt.number > 0 && !end.signalled)
-        log << "launcher: the restart budget (--max-restarts " + std::to_string(options.max_restarts) +
-                   ") is spent; the first failure: " + first.line + "\n";
+      if (attempt.number > 0 && !end.signalled) say_budget_spent();
       return first.code != 0 ? first.code : end.code;
     }
     attempt.failure_time = end.failure_time > 0 ? end.failure_time : wall_seconds();
     if (options.nnodes > 1) {
       const std::optional<double> failed_at =
           liveness::wait_for_every_node(store, options.nnodes, options.node_rank, attempt.number, attempt.failure_time,
-                              options.join_timeout, g_forward_signal, log);
+                                        options.join_timeout, g_forward_signal, log);
       if (!failed_at) {
         log << "launcher: no launcher took the lost node's place within the join timeout (" +
                    std::to_string(options.join_timeout.count()) + " s); the first failure: " + first.line + "\n";
@@ -501,8 +505,7 @@ int launch_workers(const LaunchOptions& given, std::ostream& log) {
     log << "launcher: restarting the ranks (restart " + std::to_string(attempt.number) + " of " +
                std::to_string(options.max_restarts) + ")\n";
     log.flush();
-    if (std::find(attempt.argv.begin(), attempt.argv.end(), "--resume") == attempt.argv.end())
-      attempt.argv.push_back("--resume");
+    resume_from_now_on();
   }
 }
 

@@ -120,18 +120,21 @@ std::optional<double> wait_for_every_node(FileStore& store, int nnodes, int self
   store.set(ended_key(attempt, self), std::to_string(failure_time));
   const auto deadline = std::chrono::steady_clock::now() + join_timeout;
   std::vector<std::string> beat(static_cast<size_t>(nnodes));
-  std::vector<std::chrono::steady_clock::time_point> moved(static_cast<size_t>(nnodes), std::chrono::steady_clock::now());
-  std::vector<bool> said(static_cast<size_t>(nnodes), false);
+  std::vector<std::chrono::steady_clock::time_point> moved(static_cast<size_t>(nnodes),
+                                                           std::chrono::steady_clock::now());
+  std::vector<bool> said(static_cast<size_t>(nnodes), false), ended(static_cast<size_t>(nnodes), false);
+  ended[static_cast<size_t>(self)] = true;
+  double earliest = failure_time;
   for (;;) {
-    double earliest = failure_time;
     bool all = true;
     const auto now = std::chrono::steady_clock::now();
     for (int n = 0; n < nnodes; ++n) {
-      if (n == self) continue;
       const size_t i = static_cast<size_t>(n);
+      if (ended[i]) continue;
       if (store.has(ended_key(attempt, n))) {
         const double t = std::atof(store.get(ended_key(attempt, n), std::chrono::milliseconds(1000)).c_str());
         if (t > 0) earliest = std::min(earliest, t);
+        ended[i] = true;
         continue;
       }
       all = false;

@@ -20,13 +20,7 @@ mkdir -p "$out"
 model=${MODEL:-vit_b_32}
 [ "$(id -u)" = 0 ] || { echo "$0: network namespaces need root" >&2; exit 2; }
 source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
-work=$(mktemp -d /tmp/vitddp-lost-host-XXXXXX)
-cleanup() {
-  remove_two_hosts
-  rm -rf "$work"
-}
-trap cleanup EXIT
-make_two_hosts l 10.214.250 || { echo "$0: cannot make the network namespaces" >&2; exit 1; }
+two_hosts_or_exit l 10.214.250 vitddp-lost-host
 set +e
 base="--procs 1 --nnodes 2 --model $model --optimizer adamw --batch-size 2 --steps 4 --print-every 0 --json
   --set timeout=600 --max-restarts 1"
@@ -68,8 +62,8 @@ out = sys.argv[1]
 def result(name):
     lines = [l for l in open(f"{out}/lost_host_{name}_host0.log") if l.startswith("{")]
     return json.loads(lines[-1]) if lines else None
-md = ["| restored from (rank 0, rank 1) | step | state per rank (GB) | hand-back from the buddy (s) | restore, rank 0 (s) "
-      "| recovery (s), failure to state restored |", "|---|---|---|---|---|---|"]
+md = ["| restored from (rank 0, rank 1) | step | state per rank (GB) | hand-back from the buddy (s) "
+      "| restore, rank 0 (s) | recovery (s), failure to state restored |", "|---|---|---|---|---|---|"]
 got = {}
 for name in ("buddy", "disk"):
     r = result(name)

@@ -14,13 +14,8 @@ set -uo pipefail
 train=$1
 shift
 source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
-rdzv=$(mktemp -d /tmp/vitddp-two-hosts-XXXXXX)
-cleanup() {
-  remove_two_hosts
-  rm -rf "$rdzv"
-}
-trap cleanup EXIT
-make_two_hosts h 10.213.250 || { echo "$0: cannot make the network namespaces" >&2; exit 1; }
+two_hosts_or_exit h 10.213.250 vitddp-two-hosts
+rdzv=$work
 set +e
 for h in 0 1; do
   VITDDP_GLOO_HOST=${addr[$h]} ip netns exec "${ns[$h]}" "$train" "$@" --nnodes 2 --set node-rank=$h \

@@ -24,6 +24,7 @@
 #include "distributed/file_store.h"
 #include "distributed/transfer/fabric_engine.h"
 #include "framework/core/error.h"
+#include "framework/io/atomic_file.h"
 
 namespace vitddp::transfer {
 namespace {
@@ -32,28 +33,6 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 std::string address_key(int node) { return "replica.address." + std::to_string(node); }
-
-std::string to_hex(const std::vector<uint8_t>& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : bytes) {
-    s += digits[b >> 4];
-    s += digits[b & 15];
-  }
-  return s;
-}
-
-std::vector<uint8_t> from_hex(const std::string& s) {
-  VITDDP_CHECK(s.size() % 2 == 0, "buddy replicas: a peer address of odd length");
-  auto nibble = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    throw Error("buddy replicas: a peer address that is not hexadecimal");
-  };
-  std::vector<uint8_t> bytes;
-  for (size_t i = 0; i < s.size(); i += 2) bytes.push_back(static_cast<uint8_t>(nibble(s[i]) * 16 + nibble(s[i + 1])));
-  return bytes;
-}
 
 // A step folder's or a rank file's name as the memory checkpoints write them (train/checkpoint/
 // checkpoint.h); a message naming anything else is refused, so no path leaves the folder.
@@ -158,16 +137,6 @@ std::optional<WholeStep> newest_whole_step(const std::string& folder) {
   return std::nullopt;
 }
 
-// `bytes` into `path` through a temporary file renamed into place.
-void write_file(const std::string& path, const char* data, size_t bytes) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  VITDDP_CHECK(f, tmp, ": ", std::strerror(errno));
-  const bool ok = std::fwrite(data, 1, bytes, f) == bytes;
-  VITDDP_CHECK(std::fclose(f) == 0 && ok, tmp, ": cannot write ", bytes, " bytes");
-  VITDDP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": ", std::strerror(errno));
-}
-
 }  // namespace
 
 // Note [Double-buffered replicas]
@@ -183,6 +152,7 @@ struct BuddyReplicas::State {
     int64_t step = 0;
     std::string dir;
     json files;  // [{"name", "bytes", "offset"}]
+    uint64_t total = 0;  // the files' bytes, back to back
     bool whole = false;
   };
   struct Ward {  // the replicas of one node
@@ -231,7 +201,8 @@ struct BuddyReplicas::State {
 
   int peer_at(const std::string& address) {
     if (auto it = peers.find(address); it != peers.end()) return it->second;
-    const int peer = engine->add_peer(from_hex(address), std::min<std::chrono::milliseconds>(options.timeout, 10s));
+    const int peer =
+        engine->add_peer(address_from_text(address), std::min<std::chrono::milliseconds>(options.timeout, 10s));
     peers[address] = peer;
     return peer;
   }
@@ -248,8 +219,7 @@ struct BuddyReplicas::State {
     auto it = outgoing.find(purpose);
     if (it == outgoing.end() || it->second.step != ready.at("step").get<int64_t>()) return;  // abandoned
     Outgoing& o = it->second;
-    RegionDescriptor dst{ready.at("key").get<uint64_t>(), ready.at("base").get<uint64_t>(),
-                         ready.at("bytes").get<uint64_t>()};
+    const RegionDescriptor dst = descriptor_from_json(ready.at("region"));
     std::vector<Write> writes;
     for (const auto& p : o.pieces) writes.push_back({p.region, p.offset, p.bytes, o.peer, dst, p.dst_offset});
     const auto t0 = std::chrono::steady_clock::now();
@@ -272,13 +242,18 @@ struct BuddyReplicas::State {
     finish_outgoing(purpose);
   }
 
+  // Unregisters a list's own regions; where writes still read them, their files stay mapped.
+  void release(Outgoing& o) {
+    bool released = true;
+    for (int r : o.own_regions) released = engine->release_region(r, 5s) && released;
+    if (!released)
+      for (auto& m : o.mapped) unreleased.push_back(std::move(m));
+  }
+
   void finish_outgoing(const std::string& purpose) {
     auto it = outgoing.find(purpose);
     if (it == outgoing.end()) return;
-    bool released = true;
-    for (int r : it->second.own_regions) released = engine->release_region(r, 5s) && released;
-    if (!released)  // writes still in flight read these pages: keep them mapped
-      for (auto& m : it->second.mapped) unreleased.push_back(std::move(m));
+    release(it->second);
     outgoing.erase(it);
   }
 
@@ -301,10 +276,11 @@ struct BuddyReplicas::State {
     slot.step = m.at("step").get<int64_t>();
     slot.dir = m.at("dir").get<std::string>();
     slot.files = m.at("files");
+    slot.total = total;
     const RegionDescriptor d = engine->descriptor(slot.region);
     store.set(receiving_key(node), std::to_string(slot.step));
-    send(peer_at(m.at("from")), {{"type", "ready"}, {"purpose", "push"}, {"step", slot.step}, {"key", d.key},
-                                 {"base", d.base}, {"bytes", d.bytes}});
+    send(peer_at(m.at("from")),
+         {{"type", "ready"}, {"purpose", "push"}, {"step", slot.step}, {"region", descriptor_json(d)}});
   }
 
   void receive_done(const json& m) {
@@ -337,21 +313,20 @@ struct BuddyReplicas::State {
       return;
     }
     const Slot& slot = it->second.slots[it->second.newest];
-    if (auto busy = outgoing.find("return"); busy != outgoing.end() && busy->second.node == node) return;  // asked again
+    // Asked again while handing it back: the first answer stands.
+    if (auto busy = outgoing.find("return"); busy != outgoing.end() && busy->second.node == node) return;
     finish_outgoing("return");
     Outgoing& o = outgoing["return"];
     o.peer = peer;
     o.node = node;
     o.step = slot.step;
     o.deadline = std::chrono::steady_clock::now() + options.timeout;
-    uint64_t total = 0;
     for (const json& f : slot.files) {
-      const uint64_t bytes = f.at("bytes").get<uint64_t>(), at = f.at("offset").get<uint64_t>();
-      o.pieces.push_back({slot.region, at, bytes, at});
-      total = std::max(total, at + bytes);
+      const uint64_t at = f.at("offset").get<uint64_t>();
+      o.pieces.push_back({slot.region, at, f.at("bytes").get<uint64_t>(), at});
     }
     send(peer, {{"type", "offer"}, {"purpose", "return"}, {"node", node}, {"step", slot.step}, {"dir", slot.dir},
-                {"files", slot.files}, {"total", total}});
+                {"files", slot.files}, {"total", slot.total}});
     say("handing node " + std::to_string(node) + "'s replica (step " + std::to_string(slot.step) +
         ") back to its new launcher");
   }
@@ -400,10 +375,7 @@ struct BuddyReplicas::State {
         o.mapped.push_back(std::move(f));
       }
     } catch (const Error&) {  // a step retention removed meanwhile, or a buddy not reachable: later
-      bool released = true;
-      for (int r : o.own_regions) released = engine->release_region(r, 1s) && released;
-      if (!released)
-        for (auto& m : o.mapped) unreleased.push_back(std::move(m));
+      release(o);
       next_push_try = now + 2s;
       return;
     }
@@ -430,7 +402,7 @@ struct BuddyReplicas::State {
     for (auto& [node, ward] : wards)
       for (Slot& slot : ward.slots)
         if (slot.buffer) slot.region = engine->register_region(slot.buffer->data(), slot.buffer->bytes(), true);
-    my_address = to_hex(engine->address());
+    my_address = address_text(engine->address());
     store.set(address_key(options.node), my_address);
   }
 
@@ -534,19 +506,20 @@ int64_t BuddyReplicas::fetch_own_replica() {
         buffer = std::make_unique<Buffer>(std::max<uint64_t>(m.at("total").get<uint64_t>(), 1));
         region = s.engine->register_region(buffer->data(), buffer->bytes(), /*remote_write=*/true);
         const RegionDescriptor d = s.engine->descriptor(region);
-        s.send(peer, {{"type", "ready"}, {"purpose", "return"}, {"step", m.at("step")}, {"key", d.key},
-                      {"base", d.base}, {"bytes", d.bytes}});
+        s.send(peer,
+               {{"type", "ready"}, {"purpose", "return"}, {"step", m.at("step")}, {"region", descriptor_json(d)}});
         continue;
       }
       if (m.at("type") != "done" || offer.is_null() || m.at("step") != offer.at("step")) continue;
       // Every write has landed: the files go where this node's ranks look.
       const std::string dir = s.options.memory_folder + "/" + offer.at("dir").get<std::string>();
       std::filesystem::create_directories(dir);
-      for (const json& f : offer.at("files"))
-        write_file(dir + "/" + f.at("name").get<std::string>(), buffer->data() + f.at("offset").get<uint64_t>(),
-                   f.at("bytes").get<uint64_t>());
-      const std::string from = offer.at("dir");
-      write_file(s.options.memory_folder + "/" + kFromBuddyFile, from.data(), from.size());
+      for (const json& f : offer.at("files")) {  // in the offer's order: each record after its tensors
+        AtomicFileWriter file(dir + "/" + f.at("name").get<std::string>());
+        file.write(buffer->data() + f.at("offset").get<uint64_t>(), f.at("bytes").get<uint64_t>());
+        file.commit();
+      }
+      write_file_atomically(s.options.memory_folder + "/" + kFromBuddyFile, offer.at("dir").get<std::string>());
       if (!s.engine->release_region(region, 5s)) (void)buffer.release();
       s.pushed_step = offer.at("step").get<int64_t>();  // the buddy has it
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -94,7 +94,7 @@ struct FabricEngine::State {
   std::deque<std::vector<uint8_t>> inbox;
   std::string failure;                // a receive or the completion queue failed: every later call says so
   // A peer a message could not reach (its process gone): later calls naming it say so; the
-  // engine goes on with the others (a launcher outlives its peers: distributed/transfer/replicas.h).
+  // engine goes on with the others (a launcher outlives its peers: distributed/transfer/buddy_replicas.h).
   std::map<int, std::string> peer_failure;
   std::map<int, bool> warmed;         // add_peer's warm-up message completed (true) or failed (false)
   std::vector<char> recv_pool, send_pool;
@@ -189,8 +189,7 @@ struct FabricEngine::State {
     switch (op->kind) {
       case Op::kWrite: {
         --in_flight;
-        --regions[static_cast<size_t>(op->region)].live;
-        wake = true;  // release_region may wait for it
+        if (--regions[static_cast<size_t>(op->region)].live == 0) wake = true;  // release_region waits for it
         auto it = lists.find(op->list);
         if (it != lists.end()) {
           ++it->second.done;
@@ -203,7 +202,8 @@ struct FabricEngine::State {
       case Op::kSend:
         --in_flight;
         wake = true;
-        if (!error.empty()) peer_failure.emplace(op->peer, "a message to peer " + std::to_string(op->peer) + " failed: " + error);
+        if (!error.empty())
+          peer_failure.emplace(op->peer, "a message to peer " + std::to_string(op->peer) + " failed: " + error);
         if (*slot(send_pool, op->buffer) == static_cast<char>(kWarmUp)) warmed[op->peer] = error.empty();
         free_send.push_back(op->buffer);
         ops.erase(op->self);
@@ -300,6 +300,35 @@ struct FabricEngine::State {
     wake = true;
   }
 };
+
+std::string address_text(const std::vector<uint8_t>& address) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : address) {
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
+std::vector<uint8_t> address_from_text(const std::string& text) {
+  VITDDP_CHECK(text.size() % 2 == 0, "transfer engine: a peer address of odd length");
+  auto nibble = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw Error("transfer engine: a peer address that is not hexadecimal");
+  };
+  std::vector<uint8_t> bytes;
+  for (size_t i = 0; i < text.size(); i += 2)
+    bytes.push_back(static_cast<uint8_t>(nibble(text[i]) * 16 + nibble(text[i + 1])));
+  return bytes;
+}
+
+nlohmann::json descriptor_json(const RegionDescriptor& d) { return {{"key", d.key}, {"base", d.base}, {"bytes", d.bytes}}; }
+
+RegionDescriptor descriptor_from_json(const nlohmann::json& j) {
+  return {j.at("key").get<uint64_t>(), j.at("base").get<uint64_t>(), j.at("bytes").get<uint64_t>()};
+}
 
 FabricEngine::FabricEngine(const FabricOptions& options) : s_(std::make_unique<State>()) {
   State& s = *s_;
@@ -582,14 +611,9 @@ std::optional<std::vector<uint8_t>> FabricEngine::poll_message(std::chrono::mill
 }
 
 std::vector<uint8_t> FabricEngine::recv(std::chrono::milliseconds timeout) {
-  State& s = *s_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  const bool got = s.cv.wait_for(lock, timeout, [&] { return !s.inbox.empty() || !s.failure.empty(); });
-  if (s.inbox.empty()) s.throw_if_failed();
-  VITDDP_CHECK(got, "transfer engine: no message within ", timeout.count(), " ms");
-  std::vector<uint8_t> m = std::move(s.inbox.front());
-  s.inbox.pop_front();
-  return m;
+  std::optional<std::vector<uint8_t>> m = poll_message(timeout);
+  VITDDP_CHECK(m, "transfer engine: no message within ", timeout.count(), " ms");
+  return std::move(*m);
 }
 
 }  // namespace vitddp::transfer

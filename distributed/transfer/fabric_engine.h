@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace vitddp::transfer {
 
 struct FabricOptions {
@@ -46,6 +48,13 @@ struct Write {
   RegionDescriptor dst;
   uint64_t dst_offset = 0;
 };
+
+// An engine's address and a region's descriptor as text, for the rendezvous store and messages:
+// the address in hex, the descriptor as {"key", "base", "bytes"}. A malformed one is an Error.
+std::string address_text(const std::vector<uint8_t>& address);
+std::vector<uint8_t> address_from_text(const std::string& text);
+nlohmann::json descriptor_json(const RegionDescriptor& d);
+RegionDescriptor descriptor_from_json(const nlohmann::json& j);
 
 class FabricEngine {
  public:

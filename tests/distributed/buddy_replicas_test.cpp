@@ -55,7 +55,8 @@ std::string read_file(const std::string& path) {
 }
 
 // A memory checkpoint folder of one rank (rank 1, node 1): the tensors file, then its record.
-void write_step(const std::string& folder, const std::string& step, const std::string& tensors, const std::string& record) {
+void write_step(const std::string& folder, const std::string& step, const std::string& tensors,
+                const std::string& record) {
   std::filesystem::create_directories(folder + "/" + step);
   write_file(folder + "/" + step + "/rank-1.safetensors", tensors);
   write_file(folder + "/" + step + "/rank-1.json", record);

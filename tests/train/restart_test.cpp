@@ -39,6 +39,12 @@ std::string straight_weights(const testing::TempFolder& dir, const std::string& 
   return testing::file_bytes(dir.path() + "/straight.safetensors");
 }
 
+// Host `h`'s command of a two-host run of `run` in `dir`, memory checkpoints every 3 steps.
+std::string host_args(int h, const testing::TempFolder& dir, const std::string& run) {
+  return "--procs 2 --nnodes 2 --set node-rank=" + std::to_string(h) + " --rendezvous " + dir.path() + "/rdzv " + run +
+         " --max-restarts 1 --set memory-checkpoint-every=3 --save " + dir.path() + "/restarted.safetensors";
+}
+
 TEST(Restart, AKilledRankRestartsFromMemoryWithTheUninterruptedWeights) {
   testing::TempFolder dir("vitddp_restart");
   const std::string args = "--procs 2 " + kRun;
@@ -122,10 +128,7 @@ TEST(Restart, AKilledRankOnOneOfTwoHostsRestartsFromMemory) {
   testing::TempFolder dir("vitddp_restart_hosts");
   const std::string straight = straight_weights(dir, "--procs 4 " + kRun);
   auto node = [&](int h, const std::string& env) {
-    return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --set node-rank=" + std::to_string(h) +
-                                                    " --rendezvous " + dir.path() + "/rdzv " + kRun +
-                                                    " --max-restarts 1 --set memory-checkpoint-every=3 --save " +
-                                                    dir.path() + "/restarted.safetensors");
+    return testing::run_train(hosts.on(h, env), host_args(h, dir, kRun));
   };
   std::future<TrainOutcome> second = std::async(std::launch::async, node, 1, "VITDDP_FAULT=3:5:kill");
   TrainOutcome first = node(0, "");
@@ -153,11 +156,8 @@ TEST(Restart, AHostLostWholeIsReplacedAndRestoredFromItsBuddy) {
   const std::string run = kRun + " --set timeout=60";  // the hang must outlast the push of step 6
   const std::string straight = straight_weights(dir, "--procs 4 " + run);
   auto node = [&](int h, const std::string& env) {
-    return testing::run_train(hosts.on(h, env), "--procs 2 --nnodes 2 --set node-rank=" + std::to_string(h) +
-                                                    " --rendezvous " + dir.path() + "/rdzv " + run +
-                                                    " --max-restarts 1 --set memory-checkpoint-every=3 --save " +
-                                                    dir.path() + "/restarted.safetensors --checkpoint-dir " +
-                                                    dir.path() + "/ckpt --checkpoint-every 4",
+    return testing::run_train(hosts.on(h, env),
+                              host_args(h, dir, run) + " --checkpoint-dir " + dir.path() + "/ckpt --checkpoint-every 4",
                               false, 240);
   };
   std::future<TrainOutcome> first = std::async(std::launch::async, node, 0, "");

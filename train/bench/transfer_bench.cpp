@@ -85,28 +85,6 @@ struct Piece {
   uint64_t offset = 0, bytes = 0;
 };
 
-std::string to_hex(const std::vector<uint8_t>& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : bytes) {
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 15]);
-  }
-  return out;
-}
-
-std::vector<uint8_t> from_hex(const std::string& text) {
-  VITDDP_CHECK(text.size() % 2 == 0, "bench transfer: a peer's address is not hex");
-  std::vector<uint8_t> out(text.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
-  return out;
-}
-
-nlohmann::json descriptor_json(const RegionDescriptor& d) { return {{"key", d.key}, {"base", d.base}, {"bytes", d.bytes}}; }
-RegionDescriptor descriptor_of(const nlohmann::json& j) {
-  return {j.at("key").get<uint64_t>(), j.at("base").get<uint64_t>(), j.at("bytes").get<uint64_t>()};
-}
-
 // Page-aligned host memory, touched (so no page fault lands in a timed transfer), pinned for
 // the copy engines on a GPU run.
 class HostBuffer {
@@ -148,10 +126,10 @@ std::string address_key(int rank) { return "transfer.address." + std::to_string(
 // Rank 0 publishes its address before it trains and rank 1 connects at once (add_peer warms
 // the connection both ways); rank 0 adds rank 1 once trained.
 void publish_address(FabricEngine& engine, FileStore& store, int rank) {
-  store.set(address_key(rank), to_hex(engine.address()));
+  store.set(address_key(rank), transfer::address_text(engine.address()));
 }
 int add_other(FabricEngine& engine, FileStore& store, int rank, std::chrono::milliseconds timeout) {
-  return engine.add_peer(from_hex(store.get(address_key(1 - rank), timeout)), timeout);
+  return engine.add_peer(transfer::address_from_text(store.get(address_key(1 - rank), timeout)), timeout);
 }
 
 // Waits that span rank 0's training or all of its transfers, not one operation: if rank 0 dies
@@ -181,7 +159,7 @@ nlohmann::json send_state(TrainingRun& run, int64_t steps, const TransferFlags& 
   nlohmann::json manifest;
   manifest["bytes"] = total;
   store.set("transfer.manifest", manifest.dump());
-  const RegionDescriptor replica = descriptor_of(nlohmann::json::parse(store.get("transfer.replica", timeout)));
+  const RegionDescriptor replica = transfer::descriptor_from_json(nlohmann::json::parse(store.get("transfer.replica", timeout)));
   const int peer = add_other(engine, store, 0, timeout);
 
   // The plain loop's source: the state packed as the replica holds it (so any transfer leaves
@@ -303,7 +281,7 @@ void hold_replica(const TransferFlags& flags, FabricEngine& engine, FileStore& s
   const nlohmann::json manifest = nlohmann::json::parse(store.get("transfer.manifest", long_wait(timeout)));
   HostBuffer replica(manifest.at("bytes").get<uint64_t>(), false);
   const int region = engine.register_region(replica.data(), replica.bytes(), true);
-  store.set("transfer.replica", descriptor_json(engine.descriptor(region)).dump());
+  store.set("transfer.replica", transfer::descriptor_json(engine.descriptor(region)).dump());
   (void)store.get("transfer.clear", long_wait(timeout));
   std::memset(replica.data(), 0, replica.bytes());
   store.set("transfer.cleared", "1");

@@ -99,12 +99,9 @@ void MemoryCheckpoints::write(const CheckpointState& state) {
 }
 
 int64_t MemoryCheckpoints::agreed_interval(int64_t mine) {
-  if (!run_.ddp) return mine;
-  const Device on = run_.device.is_cuda() ? run_.device : Device::cpu();
-  Tensor all = Tensor::empty({run_.world, 1}, DType::kF64, on);
-  run_.ddp->group().allgather(Tensor::from_vector({static_cast<double>(mine)}, {1}, DType::kF64).to(on), all)->wait();
   int64_t most = mine;
-  for (double v : all.to_vector()) most = std::max<int64_t>(most, static_cast<int64_t>(v));
+  for (double v : value_of_every_rank(run_, static_cast<double>(mine)))
+    most = std::max<int64_t>(most, static_cast<int64_t>(v));
   return most;
 }
 

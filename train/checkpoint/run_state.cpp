@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/transfer/buddy_replicas.h"
 #include "train/checkpoint/checkpoint.h"
 
 namespace vitddp {
@@ -36,6 +37,14 @@ int64_t newest_whole_step(const std::string& dir, int rank, bool warn_only) {
 
 }  // namespace
 
+std::vector<double> value_of_every_rank(TrainingRun& run, double mine) {
+  if (!run.ddp) return {mine};
+  const Device on = run.device.is_cuda() ? run.device : Device::cpu();
+  Tensor all = Tensor::empty({run.world, 1}, DType::kF64, on);
+  run.ddp->group().allgather(Tensor::from_vector({mine}, {1}, DType::kF64).to(on), all)->wait();
+  return all.to_vector();
+}
+
 std::string memory_checkpoint_folder() {
   const char* v = std::getenv("VITDDP_MEMORY_CHECKPOINTS");
   return v ? v : "";
@@ -54,12 +63,9 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   const std::string memory = memory_checkpoint_folder();
   const int64_t in_memory = newest_whole_step(memory, rank, /*warn_only=*/true);
   int64_t step = in_memory > 0 ? in_memory : newest_whole_step(c.checkpoint_dir, rank, /*warn_only=*/false);
-  if (run.ddp) {  // the ranks agree on the oldest newest step
-    const Device on = run.device.is_cuda() ? run.device : Device::cpu();
-    Tensor all = Tensor::empty({run.world, 1}, DType::kF64, on);
-    run.ddp->group().allgather(Tensor::from_vector({static_cast<double>(step)}, {1}, DType::kF64).to(on), all)->wait();
-    for (double s : all.to_vector()) step = std::min<int64_t>(step, static_cast<int64_t>(s));
-  }
+  // The ranks agree on the oldest newest step.
+  for (double s : value_of_every_rank(run, static_cast<double>(step)))
+    step = std::min<int64_t>(step, static_cast<int64_t>(s));
   run.recovery = {{"restart", restart_number()}, {"restored_from", "none"}, {"step", 0}};
   if (step <= 0) {
     out << "no checkpoint to resume from" << (c.checkpoint_dir.empty() ? "" : " in " + c.checkpoint_dir)
@@ -93,8 +99,9 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   }
   // A step this node's launcher got back from its buddy after the host was lost
   // (distributed/transfer/buddy_replicas.h) is named so.
-  if (source == "memory" && ::access((memory + "/FROM_BUDDY").c_str(), R_OK) == 0 &&
-      read_text(memory + "/FROM_BUDDY", 64, "a buddy's step name") == checkpoint_step_name(step))
+  const std::string from_buddy = memory + "/" + transfer::BuddyReplicas::kFromBuddyFile;
+  if (source == "memory" && ::access(from_buddy.c_str(), R_OK) == 0 &&
+      read_text(from_buddy, 64, "a buddy's step name") == checkpoint_step_name(step))
     source = "buddy";
   const std::vector<std::string> changes = resume_setting_changes(st.config, c.to_json());
   if (!changes.empty()) {
@@ -125,11 +132,8 @@ int64_t resume_run(TrainingRun& run, std::ostream& out) {
   if (run.ddp) {  // where every rank's state came from, for rank 0's report
     const std::vector<std::string> sources = {"memory", "buddy", "disk"};
     const double mine = static_cast<double>(std::find(sources.begin(), sources.end(), source) - sources.begin());
-    const Device on = run.device.is_cuda() ? run.device : Device::cpu();
-    Tensor all = Tensor::empty({run.world, 1}, DType::kF64, on);
-    run.ddp->group().allgather(Tensor::from_vector({mine}, {1}, DType::kF64).to(on), all)->wait();
     nlohmann::json by_rank = nlohmann::json::array();
-    for (double v : all.to_vector()) by_rank.push_back(sources.at(static_cast<size_t>(v)));
+    for (double v : value_of_every_rank(run, mine)) by_rank.push_back(sources.at(static_cast<size_t>(v)));
     run.recovery["by_rank"] = by_rank;
   }
   run.recovery["step"] = st.step;

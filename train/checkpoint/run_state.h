@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <vector>
 
 #include "train/checkpoint/checkpoint.h"
 #include "train/run_setup.h"
@@ -28,6 +29,10 @@ CheckpointState checkpoint_state_of(TrainingRun& run, int64_t steps_done);
 void save_run(TrainingRun& run, int64_t steps_done, std::ostream& out);
 // The same into `dir`, keeping `keep` whole steps; returns the step folder.
 std::string save_run(TrainingRun& run, int64_t steps_done, const std::string& dir, int keep);
+
+// `mine` from every rank, in rank order (an all-gather over the run's process group); {mine}
+// without data parallelism. For what the ranks must agree on.
+std::vector<double> value_of_every_rank(TrainingRun& run, double mine);
 
 // This node's memory checkpoint folder (VITDDP_MEMORY_CHECKPOINTS, set by the launcher), "" without.
 std::string memory_checkpoint_folder();
