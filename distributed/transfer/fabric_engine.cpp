@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -78,6 +79,12 @@ struct FabricEngine::State {
   fid_cq* cq = nullptr;
   fid_av* av = nullptr;
   fid_ep* ep = nullptr;
+  // Counts peers' writes that landed in this engine's regions, where the provider reports them
+  // (FI_RMA_EVENT: shm; not tcp;ofi_rxm). Such writes make no completion here, and the provider
+  // copies them in this engine's polls: without the count the worker would take a target's
+  // polls for idle ones and back off, so each small write waited a sleep.
+  fid_cntr* remote_writes = nullptr;
+  uint64_t remote_writes_seen = 0;
   bool virt_addr = false;
   size_t max_piece = 0, tx_limit = 0;
 
@@ -139,6 +146,7 @@ struct FabricEngine::State {
     close_quietly(recv_mr ? &recv_mr->fid : nullptr, "receive buffers");
     close_quietly(send_mr ? &send_mr->fid : nullptr, "send buffers");
     close_quietly(av ? &av->fid : nullptr, "address vector");
+    close_quietly(remote_writes ? &remote_writes->fid : nullptr, "remote write counter");
     close_quietly(cq ? &cq->fid : nullptr, "completion queue");
     close_quietly(domain ? &domain->fid : nullptr, "domain");
     close_quietly(fabric ? &fabric->fid : nullptr, "fabric");
@@ -264,6 +272,13 @@ struct FabricEngine::State {
           failure = std::string("libfabric: fi_cq_read failed: ") + fi_strerror(static_cast<int>(-n));
           wake = true;
         }
+        if (remote_writes) {
+          const uint64_t landed = fi_cntr_read(remote_writes);
+          if (landed != remote_writes_seen) {
+            remote_writes_seen = landed;
+            busy = true;
+          }
+        }
         if (wake) cv.notify_all();
         wake = false;
       }
@@ -346,8 +361,17 @@ FabricEngine::FabricEngine(const FabricOptions& options) : s_(std::make_unique<S
   // has completed is there to read (tcp otherwise completes at the socket).
   hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   hints->fabric_attr->prov_name = strdup(prov.c_str());
-  const int rc = fi_getinfo(FI_VERSION(1, 17), options.node.empty() ? nullptr : options.node.c_str(), nullptr,
-                            options.node.empty() ? 0 : FI_SOURCE, hints, &s.info);
+  auto get_info = [&] {
+    return fi_getinfo(FI_VERSION(1, 17), options.node.empty() ? nullptr : options.node.c_str(), nullptr,
+                      options.node.empty() ? 0 : FI_SOURCE, hints, &s.info);
+  };
+  // Counting peers' writes needs FI_RMA_EVENT; a provider without it is taken as it is.
+  hints->caps |= FI_RMA_EVENT;
+  int rc = get_info();
+  if (rc == -FI_ENODATA) {
+    hints->caps &= ~FI_RMA_EVENT;
+    rc = get_info();
+  }
   fi_freeinfo(hints);
   if (rc != 0)
     throw Error("transfer engine: libfabric has no " + prov + " provider for reliable datagrams with RMA" +
@@ -365,6 +389,12 @@ FabricEngine::FabricEngine(const FabricOptions& options) : s_(std::make_unique<S
     fi_check(fi_endpoint(s.domain, s.info, &s.ep, nullptr), "fi_endpoint");
     fi_check(fi_ep_bind(s.ep, &s.av->fid, 0), "fi_ep_bind (address vector)");
     fi_check(fi_ep_bind(s.ep, &s.cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind (completion queue)");
+    if (s.info->caps & FI_RMA_EVENT) {
+      fi_cntr_attr cntr_attr{};
+      cntr_attr.events = FI_CNTR_EVENTS_COMP;
+      fi_check(fi_cntr_open(s.domain, &cntr_attr, &s.remote_writes, nullptr), "fi_cntr_open");
+      fi_check(fi_ep_bind(s.ep, &s.remote_writes->fid, FI_REMOTE_WRITE), "fi_ep_bind (remote write counter)");
+    }
     fi_check(fi_enable(s.ep), "fi_enable");
     s.virt_addr = (s.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
     s.max_piece = std::max<size_t>(4096, std::min<size_t>(s.info->ep_attr->max_msg_size, size_t{1} << 30));

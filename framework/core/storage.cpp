@@ -1,11 +1,11 @@
 #include "framework/core/storage.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <new>
 
 #include "framework/core/allocator.h"
 #include "framework/core/error.h"
+#include "framework/core/host_memory.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/allocator.h"
 #endif
@@ -16,14 +16,13 @@ namespace {
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, int) override {
-    size_t rounded = (nbytes + 63) / 64 * 64;
-    void* ptr = std::aligned_alloc(64, rounded);
+    void* ptr = allocate_host(nbytes);
     if (!ptr) throw Error("out of host memory allocating " + std::to_string(nbytes) + " bytes");
     bytes_.add(nbytes);
     return ptr;
   }
   void deallocate(void* ptr, size_t nbytes, int) noexcept override {
-    std::free(ptr);
+    free_host(ptr);
     bytes_.sub(nbytes);
   }
   size_t current_bytes(int) const override { return bytes_.current(); }

@@ -16,6 +16,7 @@
 #include "distributed/file_store.h"
 #include "distributed/launcher.h"
 #include "framework/core/error.h"
+#include "framework/core/host_memory.h"
 #include "framework/io/file_util.h"
 #include "train/checkpoint/run_state.h"
 #include "train/config.h"
@@ -85,8 +86,8 @@ struct Piece {
   uint64_t offset = 0, bytes = 0;
 };
 
-// Page-aligned host memory, touched (so no page fault lands in a timed transfer), pinned for
-// the copy engines on a GPU run.
+// Page-aligned host memory, on huge pages as large tensors are (framework/core/host_memory.h),
+// touched (so no page fault lands in a timed transfer); pinned for the copy engines on a GPU run.
 class HostBuffer {
  public:
   HostBuffer(uint64_t bytes, bool pinned) : bytes_(bytes), pinned_(pinned) {
@@ -96,7 +97,7 @@ class HostBuffer {
     }
 #endif
     if (!pinned_) {
-      data_ = std::aligned_alloc(4096, (bytes_ + 4095) / 4096 * 4096);
+      data_ = allocate_host(bytes_, 4096);
       VITDDP_CHECK(data_ != nullptr, "bench transfer: cannot allocate ", bytes_, " bytes of host memory");
     }
     std::memset(data_, 0, bytes_);
@@ -108,7 +109,7 @@ class HostBuffer {
       return;
     }
 #endif
-    std::free(data_);
+    free_host(data_);
   }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -263,6 +264,12 @@ nlohmann::json send_state(TrainingRun& run, int64_t steps, const TransferFlags& 
   j["list_gbps"] = payload / median(m.list_seconds) / 1e9;
   j["loop_gbps"] = total / median(m.loop_seconds) / 1e9;
   j["list_vs_loop"] = j["list_gbps"].get<double>() / j["loop_gbps"].get<double>();
+  // The same ratio per repeat, list and loop back to back, then its median: the machine's drift
+  // over a run moves both of a pair alike.
+  std::vector<double> paired;
+  for (size_t k = 0; k < m.list_seconds.size(); ++k)
+    paired.push_back((payload / m.list_seconds[k]) / (total / m.loop_seconds[k]));
+  j["list_vs_loop_paired"] = median(paired);
   if (on_gpu) {
     j["copy_seconds"] = m.copy_seconds;
     j["copy_engine_gbps"] = payload / median(m.copy_seconds) / 1e9;

@@ -37,6 +37,7 @@ void expect_whole_state(const TrainOutcome& o) {
   EXPECT_EQ(j["list_seconds"].size(), 2u) << o.out;
   EXPECT_GT(j["list_gbps"].get<double>(), 0) << o.out;
   EXPECT_GT(j["loop_gbps"].get<double>(), 0) << o.out;
+  EXPECT_GT(j["list_vs_loop_paired"].get<double>(), 0) << o.out;
 }
 
 TEST(TransferBench, MovesEveryTensorOfTheStateOverShm) {
