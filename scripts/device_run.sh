@@ -19,6 +19,8 @@
 #                    .deps/vitl32_buckets.json), started before the build, waited for at the end, until
 #                    SIM_WAIT s (default 560) from the start
 #   TRANSFER=1       train bench transfer of ViT-L/32's GPU state on shm and tcp (transfer_*.json)
+#   TRANSFER_CPU=1   the same for its CPU state on this host's cores: scripts/transfer_table.sh
+#                    (transfer_cpu/; the two-namespace row where `ip netns` works)
 #   MEMORY=1         memory checkpoints of ViT-L/32 on the GPU: their cost per step and a restart from
 #                    memory against one from disk: scripts/memory_checkpoint_cost.sh
 #   SWEEP="f.json"   train bench --sweep FILE for each (REFERENCE=1: PyTorch's rows beside ours);
@@ -107,6 +109,10 @@ if [ "${TRANSFER:-0}" = 1 ]; then
       --batch-size 8 --data gpu --provider $provider --repeats 5 --json > "$OUT/transfer_$provider.log" 2>&1
     stamp "transfer $provider exit $?"; tail -2 "$OUT/transfer_$provider.log"
   done
+fi
+if [ "${TRANSFER_CPU:-0}" = 1 ]; then
+  bash scripts/transfer_table.sh build-gpu/bin/train "$OUT/transfer_cpu" --device cpu
+  stamp "transfer of the CPU state done"
 fi
 if [ "${MEMORY:-0}" = 1 ]; then
   OUT="$OUT" bash scripts/memory_checkpoint_cost.sh build-gpu

@@ -1,5 +1,5 @@
 // Allocators per device type. The CPU one hands out 64-byte aligned host memory (large tensors on
-// huge pages: framework/core/host_memory.h); the CUDA one
+// huge pages: framework/core/host_alloc.h); the CUDA one
 // (framework/cuda/allocator.h) exists when the CUDA backend is built.
 #pragma once
 

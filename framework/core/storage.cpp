@@ -5,7 +5,7 @@
 
 #include "framework/core/allocator.h"
 #include "framework/core/error.h"
-#include "framework/core/host_memory.h"
+#include "framework/core/host_alloc.h"
 #if VITDDP_WITH_CUDA
 #include "framework/cuda/allocator.h"
 #endif

@@ -16,7 +16,7 @@
 #include "distributed/file_store.h"
 #include "distributed/launcher.h"
 #include "framework/core/error.h"
-#include "framework/core/host_memory.h"
+#include "framework/core/host_alloc.h"
 #include "framework/io/file_util.h"
 #include "train/checkpoint/run_state.h"
 #include "train/config.h"
@@ -86,7 +86,7 @@ struct Piece {
   uint64_t offset = 0, bytes = 0;
 };
 
-// Page-aligned host memory, on huge pages as large tensors are (framework/core/host_memory.h),
+// Page-aligned host memory, on huge pages as large tensors are (framework/core/host_alloc.h),
 // touched (so no page fault lands in a timed transfer); pinned for the copy engines on a GPU run.
 class HostBuffer {
  public:

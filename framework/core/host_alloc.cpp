@@ -1,4 +1,4 @@
-#include "framework/core/host_memory.h"
+#include "framework/core/host_alloc.h"
 
 #include <sys/mman.h>
 

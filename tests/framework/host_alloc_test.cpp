@@ -1,6 +1,6 @@
-// framework/core/host_memory.h: small buffers keep their alignment; large ones are 2 MB aligned
+// framework/core/host_alloc.h: small buffers keep their alignment; large ones are 2 MB aligned
 // and advised onto transparent huge pages.
-#include "framework/core/host_memory.h"
+#include "framework/core/host_alloc.h"
 
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ std::string vm_flags_of(const void* p) {
   return "";
 }
 
-TEST(HostMemory, SmallBuffersKeepTheirAlignment) {
+TEST(HostAlloc, SmallBuffersKeepTheirAlignment) {
   for (size_t align : {size_t{64}, size_t{4096}}) {
     void* p = allocate_host(1000, align);
     ASSERT_NE(p, nullptr);
@@ -40,7 +40,7 @@ TEST(HostMemory, SmallBuffersKeepTheirAlignment) {
   }
 }
 
-TEST(HostMemory, LargeBuffersAreHugePageAlignedAndAdvised) {
+TEST(HostAlloc, LargeBuffersAreHugePageAlignedAndAdvised) {
   const size_t bytes = 5 * kHugePage + 12345;
   auto* p = static_cast<unsigned char*>(allocate_host(bytes, 4096));
   ASSERT_NE(p, nullptr);
