@@ -111,7 +111,7 @@ if [ "${TRANSFER:-0}" = 1 ]; then
   done
 fi
 if [ "${TRANSFER_CPU:-0}" = 1 ]; then
-  REPEATS=${REPEATS:-11} timeout "${TRANSFER_CPU_BUDGET:-240}" bash scripts/transfer_table.sh build-gpu/bin/train "$OUT/transfer_cpu" --device cpu
+  ROUNDS=${ROUNDS:-2} REPEATS=${REPEATS:-11} timeout "${TRANSFER_CPU_BUDGET:-240}" bash scripts/transfer_table.sh build-gpu/bin/train "$OUT/transfer_cpu" --device cpu
   stamp "transfer of the CPU state done"
 fi
 if [ "${MEMORY:-0}" = 1 ]; then
